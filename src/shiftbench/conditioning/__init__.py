@@ -1,0 +1,1 @@
+"""Conditioning: mask providers, captioners, prompt sets."""

@@ -1,0 +1,1 @@
+"""Engines: generate shifted datasets, evaluate models, store results."""

@@ -1,0 +1,30 @@
+"""Exceptions for user mistakes: the CLI prints them as one line, without a traceback."""
+
+from __future__ import annotations
+
+
+class ShiftbenchError(Exception):
+    """A problem the user can fix (bad name, bad file, bad spec). Printed as one line by the CLI."""
+
+
+class UnknownNameError(ShiftbenchError, KeyError):
+    """A name that is not in a registry."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class SpecError(ShiftbenchError):
+    """A benchmark spec that is malformed; the message points at the bad key."""
+
+
+class ImageError(ShiftbenchError):
+    """An image that cannot be read or converted; the message names the file and the problem."""
+
+
+class StoreError(ShiftbenchError):
+    """A results store that cannot be used (not a shiftbench database, wrong spec, ...)."""
+
+
+class SeverityError(ShiftbenchError, ValueError):
+    """A severity outside a shift's range."""

@@ -1,0 +1,1 @@
+"""Metrics: stateful update/compute classes over pure functions (registered on import)."""

@@ -1,0 +1,1 @@
+"""Model adapters and task protocols (registered on import; heavy backends lazily)."""

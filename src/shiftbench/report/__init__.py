@@ -1,0 +1,1 @@
+"""Reports built from the results store alone."""

@@ -1,0 +1,222 @@
+"""Sample and Query records, and conversion of any image input to HxWx3 uint8 RGB.
+
+>>> import numpy as np
+>>> s = Sample(image=np.zeros((4, 6), dtype=np.uint8), label=3, id="a")
+>>> s.image.shape, s.image.dtype.name
+((4, 6, 3), 'uint8')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ImageError
+
+__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "to_mask"]
+
+
+def _where(source: Any) -> str:
+    return f"{source}: " if source else ""
+
+
+def to_rgb_uint8(image: Any, source: str | os.PathLike | None = None) -> np.ndarray:
+    """Normalise a PIL image or ndarray to a C-contiguous HxWx3 uint8 RGB array.
+
+    Accepted: PIL images of any mode (L, LA, RGB, RGBA, P, CMYK, I;16, I, F, 1); arrays HxW,
+    HxWx1, HxWx2 (grey+alpha), HxWx3, HxWx4 (alpha dropped) of dtype bool, uint8, uint16 (scaled by
+    1/257), other integers within 0..255, or floats within [0, 1]. Alpha is dropped, not composited:
+    shiftbench keeps masks separately. ``source`` names the file in error messages.
+    """
+    where = _where(source)
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - pillow is a core dependency
+        Image = None
+    if Image is not None and isinstance(image, Image.Image):
+        return _pil_to_rgb(image, where)
+    if not isinstance(image, np.ndarray):
+        raise ImageError(f"{where}expected a PIL image or numpy array, got {type(image).__name__}")
+    arr = image
+    if arr.ndim == 3 and arr.shape[-1] not in (1, 2, 3, 4) and arr.shape[0] in (1, 3, 4):
+        raise ImageError(
+            f"{where}array of shape {arr.shape} looks channels-first; pass HxWxC (e.g. arr.transpose(1, 2, 0))"
+        )
+    if arr.ndim == 3 and arr.shape[-1] in (1, 2):
+        arr = arr[..., 0]
+    elif arr.ndim == 3 and arr.shape[-1] == 4:
+        arr = arr[..., :3]
+    elif arr.ndim == 3 and arr.shape[-1] != 3 or arr.ndim not in (2, 3):
+        raise ImageError(f"{where}expected an HxW or HxWxC image with C in 1..4, got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ImageError(f"{where}image is empty (shape {arr.shape})")
+    arr = _to_uint8(arr, where)
+    if arr.ndim == 2:
+        arr = np.repeat(arr[:, :, None], 3, axis=2)
+    return np.ascontiguousarray(arr)
+
+
+def _to_uint8(arr: np.ndarray, where: str) -> np.ndarray:
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype == np.bool_:
+        return arr.astype(np.uint8) * 255
+    if arr.dtype == np.uint16:
+        # 65535 -> 255 exactly; rounding keeps 8-bit data stored in 16 bits (x*257) exact.
+        return ((arr.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    if np.issubdtype(arr.dtype, np.integer):
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi > 255:
+            raise ImageError(
+                f"{where}integer image of dtype {arr.dtype} has values {lo}..{hi}, outside 0..255; "
+                "scale it to uint8 first"
+            )
+        return arr.astype(np.uint8)
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)):
+            raise ImageError(f"{where}float image contains NaN or infinite values")
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < 0.0 or hi > 1.0:
+            raise ImageError(
+                f"{where}float image has values {lo:.3g}..{hi:.3g}; float images must lie in [0, 1]"
+            )
+        return np.rint(arr * 255.0).astype(np.uint8)
+    raise ImageError(f"{where}unsupported image dtype {arr.dtype}")
+
+
+def _pil_to_rgb(img: Any, where: str) -> np.ndarray:
+    mode = img.mode
+    if mode in ("RGB",):
+        return np.asarray(img, dtype=np.uint8).copy()
+    if mode in ("I;16", "I;16B", "I;16L", "I;16N"):
+        return to_rgb_uint8(np.asarray(img).astype(np.uint16), where.rstrip(": ") or None)
+    if mode == "I":
+        arr = np.asarray(img)
+        hi = int(arr.max()) if arr.size else 0
+        if hi > 255:  # 32-bit integer images are 16-bit data in practice (PNG 16-bit greyscale)
+            if hi > 65535 or int(arr.min()) < 0:
+                raise ImageError(f"{where}32-bit image with values outside 0..65535 cannot be converted")
+            arr = arr.astype(np.uint16)
+        return to_rgb_uint8(arr, where.rstrip(": ") or None)
+    if mode == "F":
+        return to_rgb_uint8(np.asarray(img, dtype=np.float32), where.rstrip(": ") or None)
+    if mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    try:
+        return np.asarray(img.convert("RGB"), dtype=np.uint8).copy()
+    except (ValueError, OSError) as exc:
+        raise ImageError(f"{where}cannot convert image mode {mode} to RGB ({exc})") from None
+
+
+def load_image(path: str | os.PathLike) -> np.ndarray:
+    """Read an image file as HxWx3 uint8 RGB (EXIF orientation applied); errors name the file."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            img.load()
+            img = ImageOps.exif_transpose(img)
+            return to_rgb_uint8(img, source=path)
+    except FileNotFoundError:
+        raise ImageError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ImageError(f"{path}: is a directory, not an image") from None
+    except UnidentifiedImageError:
+        raise ImageError(f"{path}: not a readable image (unknown or corrupt format)") from None
+    except (OSError, SyntaxError, ValueError) as exc:  # truncated or damaged files
+        raise ImageError(f"{path}: cannot read image ({exc})") from None
+
+
+def to_mask(mask: Any, shape: tuple[int, int], source: str | None = None) -> np.ndarray:
+    """Validate a mask: HxW bool (binary) or HxW integer instance map matching ``shape``."""
+    where = _where(source)
+    arr = np.asarray(mask)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim != 2:
+        raise ImageError(f"{where}mask must be HxW, got shape {arr.shape}")
+    if arr.shape != tuple(shape):
+        raise ImageError(f"{where}mask shape {arr.shape} does not match image shape {tuple(shape)}")
+    if arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer):
+        return np.ascontiguousarray(arr)
+    raise ImageError(f"{where}mask must be bool or an integer instance map, got dtype {arr.dtype}")
+
+
+@dataclass
+class Sample:
+    """One record: an RGB image and the labels that come with it.
+
+    ``mask`` is HxW bool (one object) or an integer instance map; ``boxes`` is an (N, 4) float array
+    of ``x0, y0, x1, y1`` pixel corners; ``box_labels`` the class of each box.
+    """
+
+    image: np.ndarray
+    label: int | None = None
+    class_name: str | None = None
+    mask: np.ndarray | None = None
+    boxes: np.ndarray | None = None
+    box_labels: np.ndarray | None = None
+    caption: str | None = None
+    id: str = "0"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.image = to_rgb_uint8(self.image, source=self.meta.get("path") if self.meta else None)
+        self.id = str(self.id)
+        h, w = self.image.shape[:2]
+        if self.mask is not None:
+            self.mask = to_mask(self.mask, (h, w), source=f"sample {self.id}")
+        if self.boxes is not None:
+            boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+            self.boxes = boxes
+            if self.box_labels is not None:
+                labels = np.asarray(self.box_labels).reshape(-1)
+                if len(labels) != len(boxes):
+                    raise ImageError(
+                        f"sample {self.id}: {len(boxes)} boxes but {len(labels)} box labels"
+                    )
+                self.box_labels = labels
+        if self.label is not None:
+            self.label = int(self.label)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width)."""
+        return int(self.image.shape[0]), int(self.image.shape[1])
+
+    def replace(self, **changes: Any) -> "Sample":
+        """A copy with some fields changed (the image is not copied unless replaced)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Query:
+    """A composed-retrieval query: a reference sample and a modification text, with its target."""
+
+    reference: Sample
+    text: str
+    target_id: str | None = None
+    subset_ids: tuple[str, ...] | None = None
+    id: str = "0"
+    category: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.id = str(self.id)
+        if not isinstance(self.text, str):
+            raise ImageError(f"query {self.id}: modification text must be a string, got {type(self.text).__name__}")
+        if self.subset_ids is not None:
+            self.subset_ids = tuple(str(s) for s in self.subset_ids)
+            if self.target_id is not None and str(self.target_id) not in self.subset_ids:
+                raise ImageError(f"query {self.id}: subset does not contain its target {self.target_id!r}")
+        if self.target_id is not None:
+            self.target_id = str(self.target_id)
+
+    def replace(self, **changes: Any) -> "Query":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,1 @@
+"""attributes shifts (registered on import)."""

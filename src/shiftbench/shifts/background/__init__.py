@@ -1,0 +1,1 @@
+"""background shifts (registered on import)."""

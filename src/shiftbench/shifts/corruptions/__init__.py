@@ -1,0 +1,1 @@
+"""corruptions shifts (registered on import)."""

@@ -1,0 +1,1 @@
+"""retrieval shifts (registered on import)."""

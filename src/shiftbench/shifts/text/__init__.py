@@ -1,0 +1,1 @@
+"""text shifts (registered on import)."""
