@@ -1,0 +1,107 @@
+"""Character-level text corruptions: swap, qwerty, remove_char and remove_space.
+
+Eligible words are tokens of letters only (``str.isalpha``: any script) with at least
+``MIN_LETTERS`` letters; words that touch a digit, an underscore, an apostrophe or a combining mark
+("3rd", "don't", "cafe" + U+0301) are left alone. One edit per chosen word.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...registry import SHIFTS
+from ._core import MIN_LETTERS, TextCorruption, word_spans
+
+__all__ = ["Swap", "Qwerty", "RemoveChar", "RemoveSpace", "QWERTY_NEIGHBOURS"]
+
+
+def _qwerty_neighbours() -> dict[str, str]:
+    """Letter keys touching each letter key on a US QWERTY keyboard (rows offset to the right).
+
+    A key at column c of a row touches c - 1 and c + 1 on its row, c and c + 1 on the row above
+    and c - 1 and c on the row below. Only letters: a typo keeps a word made of letters.
+    """
+    rows = ["qwertyuiop", "asdfghjkl", "zxcvbnm"]
+    neighbours: dict[str, str] = {}
+    for r, row in enumerate(rows):
+        for c, key in enumerate(row):
+            near = []
+            for rr, cols in ((r, (c - 1, c + 1)), (r - 1, (c, c + 1)), (r + 1, (c - 1, c))):
+                if 0 <= rr < len(rows):
+                    near += [rows[rr][cc] for cc in cols if 0 <= cc < len(rows[rr])]
+            neighbours[key] = "".join(sorted(near))
+    return neighbours
+
+
+#: Lower-case letter -> its neighbouring letter keys (sorted).
+QWERTY_NEIGHBOURS: dict[str, str] = _qwerty_neighbours()
+
+
+def _letter_words(text: str) -> list[tuple[int, str]]:
+    return [(p, w) for p, w in word_spans(text) if len(w) >= MIN_LETTERS and w.isalpha()]
+
+
+def _pick(options: Any, choice: float) -> Any:
+    return options[min(int(choice * len(options)), len(options) - 1)]
+
+
+@SHIFTS.register("text_swap", group="text", level="char")
+class Swap(TextCorruption):
+    """Swap two adjacent, different letters inside a word ("house" -> "hosue")."""
+
+    def units(self, text: str) -> list[tuple[int, str]]:
+        # a word of one repeated letter ("aaa") has nothing to swap
+        return [(p, w) for p, w in _letter_words(text) if len(set(w)) > 1]
+
+    def edit(self, position: int, token: str, choice: float) -> list[Any]:
+        i = _pick([i for i in range(len(token) - 1) if token[i] != token[i + 1]], choice)
+        return ["swap", position + i, token[i : i + 2], token[i + 1] + token[i]]
+
+
+@SHIFTS.register("text_qwerty", group="text", level="char")
+class Qwerty(TextCorruption):
+    """Replace one letter of a word with a neighbouring key on a QWERTY keyboard, keeping case."""
+
+    def units(self, text: str) -> list[tuple[int, str]]:
+        # only ASCII letters have keys; a word needs at least one of them
+        return [(p, w) for p, w in _letter_words(text) if any(ch.lower() in QWERTY_NEIGHBOURS for ch in w)]
+
+    def edit(self, position: int, token: str, choice: float) -> list[Any]:
+        # every (letter position, neighbour) pair is one option, so one uniform number picks both
+        options = [(i, near) for i, ch in enumerate(token) for near in QWERTY_NEIGHBOURS.get(ch.lower(), "")]
+        i, near = _pick(options, choice)
+        old = token[i]
+        return ["substitute", position + i, old, near.upper() if old.isupper() else near]
+
+
+@SHIFTS.register("text_remove_char", group="text", level="char")
+class RemoveChar(TextCorruption):
+    """Delete one letter of a word ("table" -> "tabe")."""
+
+    def units(self, text: str) -> list[tuple[int, str]]:
+        return _letter_words(text)
+
+    def edit(self, position: int, token: str, choice: float) -> list[Any]:
+        i = _pick(range(len(token)), choice)
+        return ["delete", position + i, token[i], ""]
+
+
+@SHIFTS.register("text_remove_space", group="text", level="char")
+class RemoveSpace(TextCorruption):
+    """Delete a space between two words, merging them ("red car" -> "redcar")."""
+
+    def units(self, text: str) -> list[tuple[int, str]]:
+        # a single ASCII space with a non-space character on both sides: deleting it merges two
+        # tokens; runs of spaces and other whitespace (tabs, newlines) are layout and stay
+        units = []
+        find = text.find
+        i = find(" ", 1)
+        last = len(text) - 1
+        while 0 < i < last:
+            if not text[i - 1].isspace() and not text[i + 1].isspace():
+                units.append((i, " "))
+            i = find(" ", i + 1)
+        return units
+
+    def edit(self, position: int, token: str, choice: float) -> list[Any]:
+        return ["delete", position, " ", ""]
