@@ -31,7 +31,7 @@ COMMON_SIZES = (10, 20, 35)  # SCOWL sizes treated as common English words
 REAL_WORD_MAX_SIZE = 70  # a "misspelling" found in any SCOWL list up to this size is a real word
 MAX_MISSPELLINGS = 5  # per correct word: keep the lists small and the typos plausible
 MIN_WORD_LETTERS = 4  # the source's entries for short words are keyboard slips ("tbe", "twpo")
-MAX_DISTANCE = 2  # misspellings further than this (Levenshtein) from the word are dropped
+MAX_DISTANCE = 2  # misspellings further than this (edits, a swap of neighbours counting one) are dropped
 
 
 def package_file(package: str, *parts: str) -> Path:
@@ -52,13 +52,21 @@ def read_scowl(prefixes: tuple[str, ...], sizes) -> set[str]:
     return {w for w in words if w}
 
 
-def levenshtein(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        prev, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
-    return row[-1]
+def edit_distance(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: Levenshtein plus adjacent transpositions ("ie" -> "ei")."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def human_order(wrong: str, right: str) -> tuple:
+    """Closest first; at equal distance, same-length slips (a wrong or swapped letter: "recieve",
+    "seperate") before dropped and doubled letters, which codespell's source-code typos favour."""
+    return (edit_distance(wrong, right), len(wrong) != len(right), wrong)
 
 
 def plain(word: str) -> bool:
@@ -79,10 +87,9 @@ def build_misspellings(common: set[str], real: set[str]) -> dict[str, list[str]]
             # people rarely get the first letter wrong; the codespell list also holds keyboard
             # slips from source code ("ublic", "wtyle") that no writer of English would make
             if (plain(right) and right in common and len(right) >= MIN_WORD_LETTERS and wrong[0] == right[0]
-                    and levenshtein(wrong, right) <= MAX_DISTANCE):
+                    and edit_distance(wrong, right) <= MAX_DISTANCE):
                 found[right].add(wrong)
-    # the closest misspellings first, then alphabetical: a stable, readable file
-    return {right: sorted(wrongs, key=lambda w: (levenshtein(w, right), w))[:MAX_MISSPELLINGS]
+    return {right: sorted(wrongs, key=lambda w: human_order(w, right))[:MAX_MISSPELLINGS]
             for right, wrongs in sorted(found.items())}
 
 
@@ -108,8 +115,8 @@ HEADER_MISSPELLINGS = """\
 # Derived from codespell's dictionary.txt (a derivative of English Wikipedia's list of common
 # misspellings; CC BY-SA 3.0). Kept: correct words of {minlen}+ letters that SCOWL (sizes 10-35)
 # lists as common English; misspellings of lower-case letters that are not real words (in no SCOWL
-# list up to size 70), start with the word's first letter and are at most {dist} edits away;
-# at most {cap} per word.
+# list up to size 70), start with the word's first letter and are at most {dist} edits away (a swap of
+# two neighbouring letters is one edit); at most {cap} per word, same-length slips first.
 # Licence: CC BY-SA 3.0 (see misspellings_en.LICENSE). Rebuild: python tools/build_text_wordlists.py
 """
 

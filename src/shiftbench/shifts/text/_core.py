@@ -28,7 +28,7 @@ from ..base import TextShift, check_params
 
 __all__ = [
     "FRACTIONS", "MIN_LETTERS", "TextEdit", "TextChanges", "TextCorruption", "WordCorruption",
-    "edits_to_apply", "levenshtein", "units_to_change", "word_spans", "match_case",
+    "edits_to_apply", "levenshtein", "units_to_change", "word_spans", "letter_words", "match_case",
 ]
 
 #: Fraction of the eligible units changed at severity 1..5 (monotone; at least one unit when any).
@@ -80,6 +80,25 @@ def word_spans(text: str) -> list[tuple[int, str]]:
     [(0, 'Two'), (4, 'dogs'), (10, '3'), (12, 'cats')]
     """
     return [(m.start(), m.group()) for m in _token_regex().finditer(text)]
+
+
+# For ASCII text (no marks, no curly apostrophes) one small regex finds exactly the tokens of
+# word_spans that are made of letters: a letter run not touching a word character, nor an
+# apostrophe that joins it to one. The general token regex is several times slower.
+_ASCII_LETTER_WORDS = {
+    min_len: re.compile(rf"(?<!\w)(?<!\w')[A-Za-z]{{{min_len},}}(?!\w)(?!'\w)") for min_len in (1, MIN_LETTERS)
+}
+
+
+def letter_words(text: str, min_len: int = 1) -> list[tuple[int, str]]:
+    """``(start, word)`` of the tokens made only of letters (any script), at least ``min_len`` long.
+
+    >>> letter_words("Two dogs' 3rd don't cafe\u0301 go", min_len=3)
+    [(0, 'Two'), (4, 'dogs')]
+    """
+    if text.isascii() and min_len in _ASCII_LETTER_WORDS:
+        return [(m.start(), m.group()) for m in _ASCII_LETTER_WORDS[min_len].finditer(text)]
+    return [(p, w) for p, w in word_spans(text) if len(w) >= min_len and w.isalpha()]
 
 
 def match_case(source: str, replacement: str) -> str | None:
@@ -223,9 +242,12 @@ class TextCorruption(TextShift):
         k = units_to_change(n, severity)
         if k == 0:
             return []
-        priorities = draws[0::2]
-        chosen = sorted(sorted(range(n), key=priorities.__getitem__)[:k])
-        return [self.edit(units[j][0], units[j][1], draws[2 * j + 1]) for j in chosen]
+        if k < n:
+            chosen = sorted(sorted(range(n), key=draws[0::2].__getitem__)[:k])
+        else:
+            chosen = range(n)
+        edit = self.edit
+        return [edit(units[j][0], units[j][1], draws[2 * j + 1]) for j in chosen]
 
     def text_params(self, text: str, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         units = self.units(text)
@@ -278,7 +300,7 @@ class TextCorruption(TextShift):
         streams: dict[Any, _SharedStream] = {}
         outs: list[str] = []
         all_params: list[dict[str, Any]] = []
-        units_of, plan, splice = self.units, self.plan, edits_to_apply
+        units_of, plan = self.units, self.plan
         for text, sid in zip(items, sample_ids):
             units = units_of(text)
             if units:
@@ -286,7 +308,14 @@ class TextCorruption(TextShift):
                 if stream is None:
                     stream = streams[sid] = _SharedStream(self.rng(seed, None if sid is None else sid))
                 edits = plan(units, severity, stream.prefix(2 * len(units)))
-                outs.append(splice(text, edits, self.name) if edits else text)
+                # the edits were just made from this text: splice without re-checking them
+                pieces, cursor = [], 0
+                for _, position, old, new in edits:
+                    pieces.append(text[cursor:position])
+                    pieces.append(new)
+                    cursor = position + len(old)
+                pieces.append(text[cursor:])
+                outs.append("".join(pieces))
             else:
                 edits = []
                 outs.append(text)
@@ -309,8 +338,7 @@ class WordCorruption(TextCorruption):
 
     def units(self, text: str) -> list[tuple[int, str]]:
         lexicon = self.lexicon()
-        return [(p, w) for p, w in word_spans(text)
-                if w.lower() in lexicon and w.isalpha() and match_case(w, "x") is not None]
+        return [(p, w) for p, w in letter_words(text) if w.lower() in lexicon and match_case(w, "x") is not None]
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
         options = self.lexicon()[token.lower()]

@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...registry import SHIFTS
-from ._core import MIN_LETTERS, TextCorruption, word_spans
+from functools import lru_cache
+
+from ._core import MIN_LETTERS, TextCorruption, letter_words
 
 __all__ = ["Swap", "Qwerty", "RemoveChar", "RemoveSpace", "QWERTY_NEIGHBOURS"]
 
@@ -38,11 +40,19 @@ QWERTY_NEIGHBOURS: dict[str, str] = _qwerty_neighbours()
 
 
 def _letter_words(text: str) -> list[tuple[int, str]]:
-    return [(p, w) for p, w in word_spans(text) if len(w) >= MIN_LETTERS and w.isalpha()]
+    return letter_words(text, MIN_LETTERS)
 
 
-def _pick(options: Any, choice: float) -> Any:
-    return options[min(int(choice * len(options)), len(options) - 1)]
+# Words recur in any corpus, so the options of a word are computed once (bounded caches).
+@lru_cache(maxsize=1 << 16)
+def _swap_options(word: str) -> tuple[int, ...]:
+    return tuple(i for i in range(len(word) - 1) if word[i] != word[i + 1])
+
+
+@lru_cache(maxsize=1 << 16)
+def _qwerty_options(word: str) -> tuple[tuple[int, str], ...]:
+    # every (letter position, neighbour) pair is one option, so one uniform number picks both
+    return tuple((i, near) for i, ch in enumerate(word) for near in QWERTY_NEIGHBOURS.get(ch.lower(), ""))
 
 
 @SHIFTS.register("text_swap", group="text", level="char")
@@ -51,10 +61,11 @@ class Swap(TextCorruption):
 
     def units(self, text: str) -> list[tuple[int, str]]:
         # a word of one repeated letter ("aaa") has nothing to swap
-        return [(p, w) for p, w in _letter_words(text) if len(set(w)) > 1]
+        return [(p, w) for p, w in _letter_words(text) if w.count(w[0]) != len(w)]
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
-        i = _pick([i for i in range(len(token) - 1) if token[i] != token[i + 1]], choice)
+        options = _swap_options(token)
+        i = options[min(int(choice * len(options)), len(options) - 1)]
         return ["swap", position + i, token[i : i + 2], token[i + 1] + token[i]]
 
 
@@ -64,12 +75,13 @@ class Qwerty(TextCorruption):
 
     def units(self, text: str) -> list[tuple[int, str]]:
         # only ASCII letters have keys; a word needs at least one of them
-        return [(p, w) for p, w in _letter_words(text) if any(ch.lower() in QWERTY_NEIGHBOURS for ch in w)]
+        if text.isascii():  # every ASCII letter has a key
+            return _letter_words(text)
+        return [(p, w) for p, w in _letter_words(text) if _qwerty_options(w)]
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
-        # every (letter position, neighbour) pair is one option, so one uniform number picks both
-        options = [(i, near) for i, ch in enumerate(token) for near in QWERTY_NEIGHBOURS.get(ch.lower(), "")]
-        i, near = _pick(options, choice)
+        options = _qwerty_options(token)
+        i, near = options[min(int(choice * len(options)), len(options) - 1)]
         old = token[i]
         return ["substitute", position + i, old, near.upper() if old.isupper() else near]
 
@@ -82,7 +94,7 @@ class RemoveChar(TextCorruption):
         return _letter_words(text)
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
-        i = _pick(range(len(token)), choice)
+        i = min(int(choice * len(token)), len(token) - 1)
         return ["delete", position + i, token[i], ""]
 
 

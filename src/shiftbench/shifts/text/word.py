@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any
 
 from ...registry import SHIFTS
-from ._core import TextCorruption, WordCorruption, word_spans
+from ._core import TextCorruption, WordCorruption, letter_words
 
 __all__ = ["Misspelling", "Repetition", "Homophone", "misspellings", "homophones"]
 
@@ -68,7 +68,7 @@ class Repetition(TextCorruption):
     def units(self, text: str) -> list[tuple[int, str]]:
         # any word of letters, short ones included ("the the" is the commonest repetition slip);
         # numbers are not repeated ("2 2 dogs" would read as a different count)
-        return [(p, w) for p, w in word_spans(text) if w.isalpha()]
+        return letter_words(text)
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
         return ["insert", position + len(token), "", " " + token]
