@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...registry import SHIFTS
+import re
 from functools import lru_cache
 
 from ._core import MIN_LETTERS, TextCorruption, letter_words
@@ -34,6 +35,8 @@ def _qwerty_neighbours() -> dict[str, str]:
             neighbours[key] = "".join(sorted(near))
     return neighbours
 
+
+_DIGIT = re.compile(r"\d")
 
 #: Lower-case letter -> its neighbouring letter keys (sorted).
 QWERTY_NEIGHBOURS: dict[str, str] = _qwerty_neighbours()
@@ -100,17 +103,21 @@ class RemoveChar(TextCorruption):
 
 @SHIFTS.register("text_remove_space", group="text", level="char")
 class RemoveSpace(TextCorruption):
-    """Delete a space between two words, merging them ("red car" -> "redcar")."""
+    """Delete the space before a word, merging it with the word before ("red car" -> "redcar")."""
 
     def units(self, text: str) -> list[tuple[int, str]]:
-        # a single ASCII space with a non-space character on both sides: deleting it merges two
-        # tokens; runs of spaces and other whitespace (tabs, newlines) are layout and stay
+        # a single ASCII space between a token without digits and a word (a letter follows):
+        # deleting it glues the word onto the token before ("red car" -> "redcar", "cups, plates"
+        # -> "cups,plates"). Runs of spaces and other whitespace are layout and stay; numbers are
+        # never merged ("2 dogs" would read "2dogs", "3rd bowl" "3rdbowl", "12 34" "1234").
         units = []
-        find = text.find
+        find, rfind = text.find, text.rfind
+        has_digit = _DIGIT.search
         i = find(" ", 1)
         last = len(text) - 1
         while 0 < i < last:
-            if not text[i - 1].isspace() and not text[i + 1].isspace():
+            if (text[i + 1].isalpha() and not text[i - 1].isspace()
+                    and not has_digit(text, rfind(" ", 0, i) + 1, i)):
                 units.append((i, " "))
             i = find(" ", i + 1)
         return units

@@ -59,6 +59,9 @@ class Homophone(WordCorruption):
         return homophones()
 
 
+_HYPHENS = frozenset("-\u2010\u2011")
+
+
 @SHIFTS.register("text_repetition", group="text", level="word")
 class Repetition(TextCorruption):
     """Repeat words ("the dog" -> "the the dog"): the copy follows the word after a space."""
@@ -67,8 +70,10 @@ class Repetition(TextCorruption):
 
     def units(self, text: str) -> list[tuple[int, str]]:
         # any word of letters, short ones included ("the the" is the commonest repetition slip);
-        # numbers are not repeated ("2 2 dogs" would read as a different count)
-        return letter_words(text)
+        # numbers are not repeated ("2 2 dogs" would read as a different count), nor halves of
+        # hyphenated compounds ("e-mail mail")
+        return [(p, w) for p, w in letter_words(text)
+                if text[p - 1 : p] not in _HYPHENS and text[p + len(w) : p + len(w) + 1] not in _HYPHENS]
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
         return ["insert", position + len(token), "", " " + token]
