@@ -83,7 +83,9 @@ def build_misspellings(common: set[str], real: set[str]) -> dict[str, list[str]]
         fields = [f.strip() for f in rest.split(",")]
         if len(fields) > 1 and not rest.rstrip().endswith(","):
             fields = fields[:-1]  # the last field is a free-text reason ("disabled due to ...")
-        for right in fields:
+        # codespell lists its preferred correction first; later ones are often other words the
+        # typo could also come from ("soruce" -> source, spruce), not misspellings of them
+        for right in fields[:1]:
             # people rarely get the first letter wrong; the codespell list also holds keyboard
             # slips from source code ("ublic", "wtyle") that no writer of English would make
             if (plain(right) and right in common and len(right) >= MIN_WORD_LETTERS and wrong[0] == right[0]
