@@ -306,7 +306,7 @@ class TextCorruption(TextShift):
             if units:
                 stream = streams.get(sid)
                 if stream is None:
-                    stream = streams[sid] = _SharedStream(self.rng(seed, None if sid is None else sid))
+                    stream = streams[sid] = _SharedStream(self.rng(seed, sid))
                 edits = plan(units, severity, stream.prefix(2 * len(units)))
                 # the edits were just made from this text: splice without re-checking them
                 pieces, cursor = [], 0

@@ -11,7 +11,6 @@ from typing import Any
 
 from ...registry import SHIFTS
 import re
-from functools import lru_cache
 
 from ._core import MIN_LETTERS, TextCorruption, letter_words
 
@@ -37,6 +36,7 @@ def _qwerty_neighbours() -> dict[str, str]:
 
 
 _DIGIT = re.compile(r"\d")
+_TRIPLE = re.compile(r"(\w)\1\1")
 
 #: Lower-case letter -> its neighbouring letter keys (sorted).
 QWERTY_NEIGHBOURS: dict[str, str] = _qwerty_neighbours()
@@ -46,16 +46,31 @@ def _letter_words(text: str) -> list[tuple[int, str]]:
     return letter_words(text, MIN_LETTERS)
 
 
-# Words recur in any corpus, so the options of a word are computed once (bounded caches).
-@lru_cache(maxsize=1 << 16)
+# Words recur in any corpus, so the options of a word are computed once. A plain dict emptied when
+# full is a bounded cache several times cheaper per hit than functools.lru_cache.
+_CACHE_SIZE = 1 << 16
+_swap_cache: dict[str, tuple[int, ...]] = {}
+_qwerty_cache: dict[str, tuple[tuple[int, str], ...]] = {}
+
+
 def _swap_options(word: str) -> tuple[int, ...]:
-    return tuple(i for i in range(len(word) - 1) if word[i] != word[i + 1])
+    options = _swap_cache.get(word)
+    if options is None:
+        if len(_swap_cache) >= _CACHE_SIZE:
+            _swap_cache.clear()
+        options = _swap_cache[word] = tuple(i for i in range(len(word) - 1) if word[i] != word[i + 1])
+    return options
 
 
-@lru_cache(maxsize=1 << 16)
 def _qwerty_options(word: str) -> tuple[tuple[int, str], ...]:
-    # every (letter position, neighbour) pair is one option, so one uniform number picks both
-    return tuple((i, near) for i, ch in enumerate(word) for near in QWERTY_NEIGHBOURS.get(ch.lower(), ""))
+    options = _qwerty_cache.get(word)
+    if options is None:
+        if len(_qwerty_cache) >= _CACHE_SIZE:
+            _qwerty_cache.clear()
+        # every (letter position, neighbour) pair is one option, so one uniform number picks both
+        options = _qwerty_cache[word] = tuple(
+            (i, near) for i, ch in enumerate(word) for near in QWERTY_NEIGHBOURS.get(ch.lower(), ""))
+    return options
 
 
 @SHIFTS.register("text_swap", group="text", level="char")
@@ -63,8 +78,12 @@ class Swap(TextCorruption):
     """Swap two adjacent, different letters inside a word ("house" -> "hosue")."""
 
     def units(self, text: str) -> list[tuple[int, str]]:
-        # a word of one repeated letter ("aaa") has nothing to swap
-        return [(p, w) for p, w in _letter_words(text) if w.count(w[0]) != len(w)]
+        # a word of one repeated letter ("aaa") has nothing to swap; such a word holds a run of
+        # three equal letters, so texts without one (nearly all) skip the check
+        words = _letter_words(text)
+        if _TRIPLE.search(text) is None:
+            return words
+        return [(p, w) for p, w in words if w.count(w[0]) != len(w)]
 
     def edit(self, position: int, token: str, choice: float) -> list[Any]:
         options = _swap_options(token)
