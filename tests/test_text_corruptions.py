@@ -100,6 +100,27 @@ def test_list_in_gives_list_out_equal_to_one_by_one(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_batched_ascii_path_equals_one_by_one_on_awkward_texts(name):
+    # the batch of ASCII strings is planned and edited all at once (regex over the joined batch,
+    # NumPy ranking and byte edits); it must give exactly what the text-by-text path gives
+    rng = random.Random(name)
+    pieces = ["aaa", "Zzz", "bookkeeper", "SHOUT", "Title", "their", "There", "to", "two", "because",
+              "dont", "don't", "dogs'", "'quoted'", "x", "ab", "3rd", "42", "e-mail", "a_b", ",", ".",
+              "  ", "\t", "mIxEd", "believe", "BELIEVE", "Receive", "\x00", "-", "(", ")", "q"]
+    texts = ["".join(rng.choice(pieces) + rng.choice([" ", "", " ", ", "]) for _ in range(rng.randint(0, 14)))
+             for _ in range(400)]
+    s = shift(name)
+    for severity in (1, 2, 5):
+        for seed in (0, 1):
+            batch, params = s(texts, severity=severity, seed=seed, return_params=True)
+            one = [s(t, severity=severity, seed=seed, return_params=True) for t in texts]
+            assert batch == [o for o, _ in one]
+            assert params == [p for _, p in one]
+            clean = [t for t in texts if "\x00" not in t]  # NUL sends a batch the text-by-text way
+            assert s(clean, severity=severity, seed=seed) == [o for (o, _), t in zip(one, texts) if "\x00" not in t]
+
+
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("bad", [0, 6, -1, 2.5, True, "3"])
 def test_severity_outside_1_to_5_refused(name, bad):
     s = shift(name)

@@ -19,6 +19,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any, ClassVar, NamedTuple, Sequence
 
 import numpy as np
@@ -88,6 +89,10 @@ def word_spans(text: str) -> list[tuple[int, str]]:
 _ASCII_LETTER_WORDS = {
     min_len: re.compile(rf"(?<!\w)(?<!\w')[A-Za-z]{{{min_len},}}(?!\w)(?!'\w)") for min_len in (1, MIN_LETTERS)
 }
+
+
+# the same, as a splitting pattern: split() returns [gap, word, gap, word, ..., gap] at C speed
+_ASCII_LETTER_SPLIT = {k: re.compile(f"({p.pattern})") for k, p in _ASCII_LETTER_WORDS.items()}
 
 
 def letter_words(text: str, min_len: int = 1) -> list[tuple[int, str]]:
@@ -297,6 +302,10 @@ class TextCorruption(TextShift):
             sample_ids = [sample_ids] * len(items)
         elif len(sample_ids) != len(items):
             raise ShiftbenchError(f"shift {self.name!r}: {len(items)} items but {len(sample_ids)} sample ids")
+        if (self.word_min_len is not None and len(items) > 1 and all(sid == sample_ids[0] for sid in sample_ids)
+                and all(t.isascii() for t in items) and not any("\x00" in t for t in items)):
+            stream = _SharedStream(self.rng(seed, sample_ids[0]))
+            return self._batch_ascii_words(items, severity, stream, return_params)
         streams: dict[Any, _SharedStream] = {}
         outs: list[str] = []
         all_params: list[dict[str, Any]] = []
@@ -323,6 +332,111 @@ class TextCorruption(TextShift):
                 all_params.append(check_params({"eligible": len(units), "edits": edits}, self.name))
         return (outs, all_params) if return_params else outs
 
+    # The units of many corruptions are the letter words of the text (at least ``word_min_len``
+    # letters) that ``keep_words`` accepts. For those, a batch of ASCII texts that share one
+    # generator stream is planned all at once: one regex split of the joined texts finds every
+    # word, NumPy ranks the priorities within each text, and the edits are written in one pass
+    # (as bytes with NumPy for the character-level ones, see ``vector_edits``). The result is the
+    # same as text by text (tested); only the bookkeeping is batched.
+    word_min_len: ClassVar[int | None] = None
+
+    def keep_words(self, joined: str, words: list[str]) -> list[int] | None:
+        """Indices of the eligible words of a batch; None when all are."""
+        return None
+
+    def vector_edits(self, chars: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                     choices: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None] | None:
+        """One single-character edit per chosen word, for all at once: ``(op, positions, new)``.
+
+        ``chars`` are the bytes of the joined ASCII batch, ``starts``/``lengths`` the chosen words,
+        ``choices`` their uniform draws; op is "swap" (positions p, p + 1), "substitute" (new
+        bytes) or "delete". None: use ``edit`` word by word.
+        """
+        return None
+
+    def _batch_ascii_words(self, texts: list[str], severity: int, stream: _SharedStream,
+                           return_params: bool) -> Any:
+        joined = "\x00".join(texts)  # NUL is not a word character: it bounds words like a text end
+        parts = _ASCII_LETTER_SPLIT[self.word_min_len].split(joined)
+        words = parts[1::2]
+        starts = list(accumulate(map(len, parts), initial=0))[1:-1:2]
+        text_starts = np.fromiter(accumulate((len(t) + 1 for t in texts), initial=0), np.int64, len(texts) + 1)
+        kept = self.keep_words(joined, words) if words else None
+        if kept is not None:
+            words = [words[i] for i in kept]
+            starts = [starts[i] for i in kept]
+        n_texts = len(texts)
+        if not words:
+            empty = [check_params({"eligible": 0, "edits": []}, self.name) for _ in texts] if return_params else None
+            return (list(texts), empty) if return_params else list(texts)
+        starts_arr = np.asarray(starts, np.int64)
+        text_of = np.searchsorted(text_starts, starts_arr, side="right") - 1
+        counts = np.bincount(text_of, minlength=n_texts)
+        first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        local = np.arange(len(words)) - first[text_of]
+        draws = np.asarray(stream.prefix(2 * int(counts.max())))
+        priority = draws[2 * local]
+        # the same count as units_to_change, in the same float64 arithmetic
+        k = np.where(counts > 0, np.ceil(FRACTIONS[severity - 1] * counts - 1e-9), 0).astype(np.int64)
+        order = np.lexsort((priority, text_of))  # stable, as sorted() text by text
+        rank = np.empty(len(words), np.int64)
+        rank[order] = np.arange(len(words)) - first[text_of[order]]
+        chosen_arr = np.flatnonzero(rank < k[text_of])
+        choices_arr = draws[2 * local[chosen_arr] + 1]
+        per_text: list[list[list[Any]]] | None = [[] for _ in texts] if return_params else None
+
+        chars = np.frombuffer(joined.encode("ascii"), np.uint8)
+        lengths = np.fromiter(map(len, words), np.int64, len(words))[chosen_arr]
+        vector = self.vector_edits(chars, starts_arr[chosen_arr], lengths, choices_arr)
+        if vector is not None:
+            op, positions, new = vector
+            if op == "delete":
+                keep_mask = np.ones(len(chars), bool)
+                keep_mask[positions] = False
+                out_chars = chars[keep_mask]
+            else:
+                out_chars = chars.copy()
+                if op == "swap":
+                    out_chars[positions] = chars[positions + 1]
+                    out_chars[positions + 1] = chars[positions]
+                else:
+                    out_chars[positions] = new
+            outs = out_chars.tobytes().decode("ascii").split("\x00")
+            if per_text is not None:
+                owners = text_of[chosen_arr].tolist()
+                width = 2 if op == "swap" else 1
+                for owner, p, in zip(owners, positions.tolist()):
+                    old = joined[p : p + width]
+                    replacement = old[::-1] if op == "swap" else "" if op == "delete" else None
+                    per_text[owner].append([op, p - int(text_starts[owner]), old, replacement])
+                if op == "substitute":
+                    subs = iter(new.tobytes().decode("ascii"))
+                    for edits in per_text:
+                        for e in edits:
+                            e[3] = next(subs)
+        else:
+            chosen = chosen_arr.tolist()
+            choices = choices_arr.tolist()
+            owners = text_of[chosen_arr].tolist()
+            offsets = text_starts.tolist()
+            edit = self.edit
+            pieces, cursor = [], 0
+            for j, choice, owner in zip(chosen, choices, owners):
+                offset = offsets[owner]
+                e = edit(starts[j] - offset, words[j], choice)
+                position = e[1] + offset
+                pieces.append(joined[cursor:position])
+                pieces.append(e[3])
+                cursor = position + len(e[2])
+                if per_text is not None:
+                    per_text[owner].append(e)
+            pieces.append(joined[cursor:])
+            outs = "".join(pieces).split("\x00")
+        if per_text is None:
+            return outs
+        params = [check_params({"eligible": n, "edits": e}, self.name) for n, e in zip(counts.tolist(), per_text)]
+        return outs, params
+
     def apply_texts(self, texts: Sequence[str], params: Sequence[dict[str, Any]]) -> list[str]:
         """Replay many texts from their params (a plain splice per text: no regex, no draws)."""
         return [self.apply_text(t, p) for t, p in zip(texts, params)]
@@ -335,6 +449,12 @@ class WordCorruption(TextCorruption):
 
     def lexicon(self) -> dict[str, tuple[str, ...]]:
         raise NotImplementedError
+
+    word_min_len = 1
+
+    def keep_words(self, joined: str, words: list[str]) -> list[int] | None:
+        lexicon = self.lexicon()
+        return [i for i, w in enumerate(words) if w.lower() in lexicon and match_case(w, "x") is not None]
 
     def units(self, text: str) -> list[tuple[int, str]]:
         lexicon = self.lexicon()

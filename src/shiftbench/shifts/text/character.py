@@ -7,10 +7,12 @@ Eligible words are tokens of letters only (``str.isalpha``: any script) with at 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import numpy as np
+
 from ...registry import SHIFTS
-import re
 
 from ._core import MIN_LETTERS, TextCorruption, letter_words
 
@@ -40,6 +42,13 @@ _TRIPLE = re.compile(r"(\w)\1\1")
 
 #: Lower-case letter -> its neighbouring letter keys (sorted).
 QWERTY_NEIGHBOURS: dict[str, str] = _qwerty_neighbours()
+
+# the same as byte tables for the batch path: neighbour count and neighbours of each lower-case byte
+_KEY_COUNT = np.zeros(256, np.int64)
+_KEY_NEAR = np.zeros((256, 8), np.uint8)
+for _key, _near in QWERTY_NEIGHBOURS.items():
+    _KEY_COUNT[ord(_key)] = len(_near)
+    _KEY_NEAR[ord(_key), : len(_near)] = np.frombuffer(_near.encode("ascii"), np.uint8)
 
 
 def _letter_words(text: str) -> list[tuple[int, str]]:
@@ -77,6 +86,26 @@ def _qwerty_options(word: str) -> tuple[tuple[int, str], ...]:
 class Swap(TextCorruption):
     """Swap two adjacent, different letters inside a word ("house" -> "hosue")."""
 
+    word_min_len = MIN_LETTERS
+
+    def keep_words(self, joined: str, words: list[str]) -> list[int] | None:
+        # only a word with a run of three equal letters can be one repeated letter: look for such
+        # runs in the whole ASCII batch at once (a regex with a back-reference is far slower)
+        c = np.frombuffer(joined.encode("ascii"), np.uint8)
+        if not ((c[:-2] == c[1:-1]) & (c[1:-1] == c[2:])).any():
+            return None
+        return [i for i, w in enumerate(words) if w.count(w[0]) != len(w)]
+
+    def vector_edits(self, chars, starts, lengths, choices):
+        # every adjacent pair of every chosen word, flat; keep those of two different letters
+        pairs = lengths - 1
+        owner = np.repeat(np.arange(len(starts)), pairs)
+        pair_at = np.repeat(starts - np.cumsum(pairs) + pairs, pairs) + np.arange(int(pairs.sum()))
+        differ = chars[pair_at] != chars[pair_at + 1]
+        options = np.bincount(owner[differ], minlength=len(starts))
+        pick = np.minimum((choices * options).astype(np.int64), options - 1)
+        return "swap", pair_at[differ][np.cumsum(options) - options + pick], None
+
     def units(self, text: str) -> list[tuple[int, str]]:
         # a word of one repeated letter ("aaa") has nothing to swap; such a word holds a run of
         # three equal letters, so texts without one (nearly all) skip the check
@@ -95,6 +124,23 @@ class Swap(TextCorruption):
 class Qwerty(TextCorruption):
     """Replace one letter of a word with a neighbouring key on a QWERTY keyboard, keeping case."""
 
+    word_min_len = MIN_LETTERS  # every ASCII letter has a key: no filter in the ASCII batch
+
+    def vector_edits(self, chars, starts, lengths, choices):
+        # every (letter, neighbour) option of every chosen word, counted per letter
+        owner_starts = np.cumsum(lengths) - lengths
+        letter_at = np.repeat(starts - owner_starts, lengths) + np.arange(int(lengths.sum()))
+        lower = chars[letter_at] | 0x20
+        per_letter = _KEY_COUNT[lower]
+        cum = np.cumsum(per_letter)
+        word_base = cum[owner_starts] - per_letter[owner_starts]
+        word_total = cum[owner_starts + lengths - 1] - word_base
+        target = word_base + np.minimum((choices * word_total).astype(np.int64), word_total - 1)
+        letter = np.searchsorted(cum, target, side="right")
+        near = _KEY_NEAR[lower[letter], target - (cum[letter] - per_letter[letter])]
+        upper = chars[letter_at[letter]] < 0x61
+        return "substitute", letter_at[letter], np.where(upper, near & 0xDF, near).astype(np.uint8)
+
     def units(self, text: str) -> list[tuple[int, str]]:
         # only ASCII letters have keys; a word needs at least one of them
         if text.isascii():  # every ASCII letter has a key
@@ -111,6 +157,11 @@ class Qwerty(TextCorruption):
 @SHIFTS.register("text_remove_char", group="text", level="char")
 class RemoveChar(TextCorruption):
     """Delete one letter of a word ("table" -> "tabe")."""
+
+    word_min_len = MIN_LETTERS
+
+    def vector_edits(self, chars, starts, lengths, choices):
+        return "delete", starts + np.minimum((choices * lengths).astype(np.int64), lengths - 1), None
 
     def units(self, text: str) -> list[tuple[int, str]]:
         return _letter_words(text)
