@@ -218,9 +218,11 @@ class _SharedStream:
         self._values: list[float] = []
 
     def prefix(self, n: int) -> list[float]:
-        if n > len(self._values):
-            # continuing the stream gives the same values as one larger first draw would
-            self._values.extend(self._rng.random(max(n - len(self._values), 256)).tolist())
+        have = len(self._values)
+        if n > have:
+            # continuing the stream gives the same values as one larger first draw would; the
+            # first draw takes just what is asked (a stream per text is read once), later ones more
+            self._values.extend(self._rng.random(max(n - have, 256) if have else n).tolist())
         return self._values[:n]
 
 
