@@ -9,7 +9,8 @@ edits of severity s are a subset of those of severity s + 1.
 
 The draws are ``rng.random(2 * n)`` and nothing else: the first values of a generator's stream do
 not depend on how many are asked for, so a batch of texts that share a generator (strings without
-sample ids) reads one shared stream, drawn once, instead of building a generator per text.
+sample ids) reads one shared stream, drawn once, instead of building a generator per text; an
+ASCII batch is then planned and edited all at once (``TextCorruption._batch_ascii_words``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, ClassVar, NamedTuple, Sequence
 import numpy as np
 
 from ...errors import ShiftbenchError
-from ..base import TextShift, check_params
+from ..base import TextShift, _text_of, check_params
 
 __all__ = [
     "FRACTIONS", "MIN_LETTERS", "TextEdit", "TextChanges", "TextCorruption", "WordCorruption",
@@ -291,8 +292,6 @@ class TextCorruption(TextShift):
         return (out, params, changes) if return_params else (out, changes)
 
     def _text(self, x: Any) -> str:
-        from ..base import _text_of
-
         return x if isinstance(x, str) else _text_of(x, self.name)
 
     # -- the fast batch of strings ----------------------------------------------------------------
