@@ -97,6 +97,7 @@ def test_list_in_gives_list_out_equal_to_one_by_one(name):
         one = [s(t, severity=severity, seed=5, sample_id=i, return_params=True) for t, i in zip(texts, ids)]
         assert batch == [o for o, _ in one] and params == [p for _, p in one]
     assert s(tuple(texts[:3]), severity=2, seed=1) == [s(t, severity=2, seed=1) for t in texts[:3]]
+    assert s([], severity=2, seed=1) == [] and s([], severity=2, return_params=True) == ([], [])
 
 
 @pytest.mark.parametrize("name", NAMES)
