@@ -230,6 +230,8 @@ def generate(
         tmp.write_text(json.dumps(config, sort_keys=True, indent=1))
         os.replace(tmp, config_path)
 
+    for stale in out.rglob("*.part"):  # temp files of a killed run: never valid outputs
+        stale.unlink()
     journal_path = out / JOURNAL
     done: dict[tuple[str, int, int], dict] = {}
     for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):

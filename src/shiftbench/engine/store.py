@@ -111,8 +111,10 @@ class Store:
     [('top1', 0.5, 10)]
     """
 
-    def __init__(self, path: str | os.PathLike, timeout: float = 60.0):
+    def __init__(self, path: str | os.PathLike, timeout: float = 60.0, create: bool = True):
         self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: store not found")
         if self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory; give a database file path")
         existed = self.path.exists() and self.path.stat().st_size > 0

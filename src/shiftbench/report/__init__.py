@@ -9,6 +9,9 @@ from ..errors import ShiftbenchError
 
 def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None):
     """Write report files for one run of ``store`` into ``out``; returns the main file's path."""
+    from ..engine.store import Store
+
+    Store(store, create=False).close()  # refuse a missing or foreign file before anything else
     try:
         from .build import build_report as _build
     except ImportError:
