@@ -67,6 +67,13 @@ CREATE TABLE IF NOT EXISTS batches (
     state TEXT NOT NULL,
     PRIMARY KEY (condition_id, batch)
 );
+CREATE TABLE IF NOT EXISTS artifacts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    key TEXT NOT NULL,
+    data BLOB NOT NULL,
+    meta TEXT,
+    PRIMARY KEY (run_id, key)
+);
 CREATE TABLE IF NOT EXISTS predictions (
     condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
     sample_id TEXT NOT NULL,
@@ -350,6 +357,22 @@ class Store:
         return [
             {**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])} for r in rows
         ]
+
+    def put_artifact(self, run_id: str, key: str, data: bytes, meta: Any = None) -> None:
+        """Store a small binary artifact of a run (e.g. a sample thumbnail for the report's grids)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO artifacts (run_id, key, data, meta) VALUES (?, ?, ?, ?)",
+                (run_id, key, sqlite3.Binary(data), None if meta is None else canonical_json(meta)),
+            )
+
+    def artifacts(self, run_id: str, prefix: str = "") -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT key, data, meta FROM artifacts WHERE run_id = ? AND key >= ? AND key < ? ORDER BY key",
+            (run_id, prefix, prefix + "\uffff"),
+        ).fetchall()
+        return [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
+                for r in rows]
 
     def integrity_check(self) -> str:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
