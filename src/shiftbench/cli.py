@@ -187,6 +187,24 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
     return params
 
 
+# -- curate -------------------------------------------------------------------------------------
+@cli.command("curate")
+@click.option("--dataset", required=True, help="Registered dataset name or a dataset folder.")
+@click.option("--models", required=True, help="Comma-separated classifiers that must all be right.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Id list to write.")
+@click.option("--min-mask-fraction", type=click.FloatRange(0, 1), default=None,
+              help="Also require an object mask covering at least this fraction of the image.")
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | None, limit: int | None) -> None:
+    """Keep the samples every model of an ensemble classifies correctly on clean data (ObjectCompose)."""
+    from .engine.curate import curate
+
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    summary = curate(dataset, names, out, min_mask_fraction=min_mask_fraction, limit=limit)
+    _console().print(f"kept {summary['kept']} of {summary['total']} samples "
+                     f"(dropped: {summary['dropped']}) -> {out}")
+
+
 # -- report / demo ------------------------------------------------------------------------------
 @cli.command("report")
 @click.option("--store", required=True, type=click.Path(dir_okay=False), help="Results database.")

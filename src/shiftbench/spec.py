@@ -48,6 +48,7 @@ class ShiftSpec:
 class ModelSpec:
     name: str
     params: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # the column name in results: the name, plus the params when the name repeats
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Spec:
         for model in self.models:
             for shift in self.shifts:
                 for severity in shift.severities:
-                    planned.append(PlannedCondition(model.name, shift.name, dict(shift.params), severity))
+                    planned.append(PlannedCondition(model.label or model.name, shift.name, dict(shift.params), severity))
         return planned
 
     @property
@@ -160,6 +161,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         raise SpecError(f"{_where(source, 'dataset_params')}: expected a mapping, got {dataset_params!r}")
 
     models = [_parse_model(m, _where(source, f"models[{i}]")) for i, m in enumerate(_as_list(spec, "models", source))]
+    models = _label_models(models, source)
     shifts = [_parse_shift(s, _where(source, f"shifts[{i}]")) for i, s in enumerate(_as_list(spec, "shifts", source))]
     if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
         shifts.insert(0, ShiftSpec("clean", (0,), {}))
@@ -241,6 +243,27 @@ def _parse_model(value: Any, where: str) -> ModelSpec:
             raise SpecError(f"{where}.params: expected a mapping, got {params!r}")
         return ModelSpec(name, dict(params))
     raise SpecError(f"{where}: expected a model name or {{name, params}}, got {value!r}")
+
+
+def _label_models(models: list[ModelSpec], source: str | None) -> list[ModelSpec]:
+    import json
+
+    seen = set()
+    for i, m in enumerate(models):
+        key = (m.name, json.dumps(m.params, sort_keys=True, default=str))
+        if key in seen:
+            raise SpecError(f"{_where(source, f'models[{i}]')}: {m.name!r} with these params is listed twice")
+        seen.add(key)
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[m.name] = counts.get(m.name, 0) + 1
+    out = []
+    for m in models:
+        label = m.name
+        if counts[m.name] > 1 and m.params:
+            label += "(" + ", ".join(f"{k}={v}" for k, v in sorted(m.params.items())) + ")"
+        out.append(ModelSpec(m.name, m.params, label))
+    return out
 
 
 def _parse_shift(value: Any, where: str) -> ShiftSpec:

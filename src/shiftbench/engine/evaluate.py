@@ -94,7 +94,7 @@ class _Runner:
 
         models = {}
         for m in self.spec.models:
-            model = self.given_models.get(m.name) or MODELS.create(m.name, **m.params)
+            model = self.given_models.get(m.label) or MODELS.create(m.name, **m.params)
             task = getattr(model, "task", None)
             if task not in _HANDLERS:
                 raise ShiftbenchError(f"model {m.name!r}: the runner does not evaluate {task!r} models yet")
@@ -105,7 +105,7 @@ class _Runner:
                 space = _dataset_space(dataset)
                 if space is not None:
                     check_label_space(model, space, dataset_name=f"dataset {self.spec.dataset!r}")
-            models[m.name] = model
+            models[m.label] = model
         return models
 
     def _metrics(self, models: dict[str, Any]) -> dict[str, list[str]]:

@@ -147,7 +147,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
         plt.close(fig)
 
     # reliability diagrams from the ECE rows
-    ece_rows = [r for r in rows if r["metric"] == "ece" and (r.get("extra") or {}).get("bin_confidence")]
+    ece_rows = [r for r in rows if r["metric"] == "ece" and (r.get("extra") or {}).get("accuracy")]
     if ece_rows:
         clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
         worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"] or 0, default=None)
@@ -157,12 +157,12 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
         fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
         for ax, (r, title) in zip(axes[0], picks):
             ex = r["extra"]
-            conf = np.asarray(ex["bin_confidence"], float)
-            acc = np.asarray(ex["bin_accuracy"], float)
-            counts = np.asarray(ex.get("bin_count", [1] * len(conf)), float)
+            acc = np.asarray([np.nan if a is None else a for a in ex["accuracy"]], float)
+            counts = np.asarray(ex.get("counts", [1] * len(acc)), float)
+            conf = acc
             edges = np.linspace(0, 1, len(conf) + 1)
             centers = (edges[:-1] + edges[1:]) / 2
-            ok = counts > 0
+            ok = (counts > 0) & np.isfinite(acc)
             ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
             ax.plot([0, 1], [0, 1], "k--", lw=0.8)
             ax.set_title(f"{r['model']}\n{title}\nECE {100 * (r['value'] or 0):.1f}", fontsize=7)
