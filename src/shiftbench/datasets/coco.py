@@ -130,10 +130,11 @@ def polygon_to_mask(polygon: Sequence[float], height: int, width: int) -> np.nda
     yd = (yd + 0.5) / scale - 0.5
     yd = np.ceil(np.clip(yd, 0, height))
     positions = xd[keep].astype(np.int64) * height + yd[keep].astype(np.int64)
-    # each crossing toggles inside/outside from its position on (column-major order)
-    toggles = np.bincount(positions, minlength=height * width + 1)[: height * width]
-    flat = (np.cumsum(toggles) % 2).astype(bool)
-    return flat.reshape(width, height).T.copy()
+    # each crossing toggles inside/outside from its position on (column-major order); crossings at the
+    # same position cancel in pairs, and the remaining toggle positions are the run boundaries
+    unique, count = np.unique(positions[positions < height * width], return_counts=True)
+    bounds = np.concatenate([[0], unique[count % 2 == 1], [height * width]])
+    return _runs_to_mask(np.diff(bounds), height, width)
 
 
 def annotation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray:

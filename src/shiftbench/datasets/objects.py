@@ -301,11 +301,12 @@ def _describe_background(background: Any) -> tuple[str, str | None]:
     """(meta description, caption phrase or None) of a background spec."""
     if isinstance(background, str) and background in _scenes():
         return f"scene:{background}", _scenes()[background].phrase
-    if isinstance(background, str):
-        return f"color:{background}", f"on a {background} background"
-    if isinstance(background, np.ndarray):
-        return "array", None
-    return f"color:{list(background)}", None
+    if isinstance(background, str):  # a colour; only a named one reads well in a caption
+        named = background.replace(" ", "").isalpha()
+        return f"color:{background}", f"on a {background} background" if named else None
+    if isinstance(background, (tuple, list)):
+        return f"color:{[int(v) for v in background]}", None
+    return "array", None
 
 
 def background_image(background: Any, canvas: Any = DEFAULT_SIZE) -> np.ndarray:
