@@ -132,6 +132,7 @@ def random_polygon(rng: np.random.Generator, h: int, w: int, k: int) -> list[flo
     return [float(v) for v in np.round(pts, 2).ravel()]
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools on numpy 2
 def test_coco_masks_match_pycocotools():
     mask_utils = pytest.importorskip("pycocotools.mask")
     rng = np.random.default_rng(0)
@@ -233,6 +234,14 @@ def test_coco_bad_json_is_a_clear_error(tmp_path):
     (tmp_path / "annotations").mkdir()
     (tmp_path / "annotations" / "instances_val.json").write_text('{"images": 3}')
     with pytest.raises(ShiftbenchError, match="not a COCO instances file"):
+        sb.load_dataset(str(tmp_path), format="coco", images=".")
+    bad = {"images": [], "annotations": [{"id": 1, "image_id": 7, "category_id": 1, "bbox": [0, 0, 1, 1]}]}
+    (tmp_path / "annotations" / "instances_val.json").write_text(json.dumps(bad))
+    with pytest.raises(ShiftbenchError, match="image ids not in 'images': 7"):
+        sb.load_dataset(str(tmp_path), format="coco", images=".")
+    bad["annotations"][0]["bbox"] = [0, 0]
+    (tmp_path / "annotations" / "instances_val.json").write_text(json.dumps(bad))
+    with pytest.raises(ShiftbenchError, match="4-number bbox"):
         sb.load_dataset(str(tmp_path), format="coco", images=".")
 
 
