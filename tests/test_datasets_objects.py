@@ -200,6 +200,8 @@ def test_two_copies_and_recolouring_inside_the_mask():
     two = O.render_many([("lion", p), ("lion", q)], background="dune_grass")
     assert set(np.unique(two.mask)) == {0, 1, 2} and two.meta["mask_type"] == "instance"
     assert len(two.boxes) == 2 and two.box_labels.tolist() == [291, 291] and two.label == 291
+    mixed = O.render_many([("lion", p), ("zebra", q)], background=(0, 0, 0))
+    assert mixed.label is None and mixed.class_name is None and mixed.box_labels.tolist() == [291, 340]
     one = O.render("lion", "dune_grass", q)
     np.testing.assert_array_equal(two.mask == 2, one.mask)
     # recolour: edit the layer inside its mask, then composite it on the scene

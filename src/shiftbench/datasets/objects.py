@@ -407,9 +407,10 @@ def render_many(items: Sequence[tuple[str, Placement]], background: Any = "pebbl
             boxes.append(box[0])
             labels.append(object_info(oid).imagenet_index)
     first = object_info(items[0][0])
-    where, phrase = _describe_background(background)
-    return Sample(image=image, label=first.imagenet_index if len({object_info(o).imagenet_index for o, _ in items}) == 1 else None,
-                  class_name=first.imagenet_name, mask=instances, boxes=np.array(boxes, dtype=np.float32).reshape(-1, 4),
+    one_class = len({object_info(o).imagenet_index for o, _ in items}) == 1  # else no single image label
+    where, _ = _describe_background(background)
+    return Sample(image=image, label=first.imagenet_index if one_class else None,
+                  class_name=first.imagenet_name if one_class else None, mask=instances, boxes=np.array(boxes, dtype=np.float32).reshape(-1, 4),
                   box_labels=np.array(labels, dtype=np.int64), id="+".join(o for o, _ in items) + f"@{where}",
                   meta={"object_ids": [o for o, _ in items], "placements": [p.to_dict() for _, p in items],
                         "background": where, "mask_type": "instance", "alpha_threshold": ALPHA_THRESHOLD})
