@@ -37,6 +37,22 @@ LICENCE_FILES = {
     "GPL-2.txt": "/usr/share/common-licenses/GPL-2",
 }
 
+README = """# Assets of the `objects` dataset
+
+- `cutouts/`: {objects} photo cut-outs (RGBA PNG, longer side <= 256 px) from Debian `tuxpaint-stamps-default`.
+- `scenes/`: {scenes} scene photos (RGB PNG, short side 320 px) from Debian `tuxpaint-data` (templates) and
+  `mate-backgrounds` (nature).
+- `objects.tsv`, `scenes.tsv`: ids, files, ImageNet-1k classes and caption phrases.
+- `ATTRIBUTION.tsv`: every image here with its source package, source file, the source's SHA-256, licence and
+  copyright holder.
+- `licenses/`: the GNU GPL version 2 text and the Debian copyright files of the three source packages.
+
+All images are licensed under the GNU General Public License, version 2 (tuxpaint-stamps-default: GPL-2;
+tuxpaint-data and mate-backgrounds: GPL-2 or later), as their sources are; they were cropped and downscaled
+by tools/build_objects.py of the shiftbench repository, which rebuilds this folder from the Debian packages.
+The rest of shiftbench is Apache-2.0; these data files keep their own licence.
+"""
+
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
@@ -143,6 +159,7 @@ def main() -> None:
                 "# tools/build_objects.py; they keep the licence of their source (GNU GPL version 2, text in licenses/).\n")
         for line in attribution:
             f.write("\t".join(line) + "\n")
+    (out / "README.md").write_text(README.format(objects=len(objects), scenes=len(scenes)), encoding="utf-8")
     for name, source in LICENCE_FILES.items():
         shutil.copyfile(source, out / "licenses" / name)
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

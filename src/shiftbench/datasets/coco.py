@@ -130,10 +130,11 @@ def polygon_to_mask(polygon: Sequence[float], height: int, width: int) -> np.nda
     yd = (yd + 0.5) / scale - 0.5
     yd = np.ceil(np.clip(yd, 0, height))
     positions = xd[keep].astype(np.int64) * height + yd[keep].astype(np.int64)
-    # each crossing toggles inside/outside from its position on (column-major order)
-    toggles = np.bincount(positions, minlength=height * width + 1)[: height * width]
-    flat = (np.cumsum(toggles) % 2).astype(bool)
-    return flat.reshape(width, height).T.copy()
+    # each crossing toggles inside/outside from its position on (column-major order); crossings at the
+    # same position cancel in pairs, and the remaining toggle positions are the run boundaries
+    unique, count = np.unique(positions[positions < height * width], return_counts=True)
+    bounds = np.concatenate([[0], unique[count % 2 == 1], [height * width]])
+    return _runs_to_mask(np.diff(bounds), height, width)
 
 
 def annotation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray:
@@ -221,13 +222,23 @@ class CocoInstances(ReaderDataset):
         self.class_names = [self.categories.get(i, "") for i in range(max_id + 1)] if self.categories else None
         per_image: dict[int, list[dict[str, Any]]] = {}
         for ann in data["annotations"]:
+            bbox = ann.get("bbox") if isinstance(ann, dict) else None
+            if not isinstance(bbox, list) or len(bbox) != 4 or "image_id" not in ann or "category_id" not in ann:
+                raise ShiftbenchError(f"coco: annotation {str(ann)[:80]} needs image_id, category_id and a 4-number bbox")
             per_image.setdefault(int(ann["image_id"]), []).append(ann)
         records = []
         for img in data["images"]:
+            try:
+                image_id, height, width = int(img["id"]), int(img["height"]), int(img["width"])
+            except (KeyError, TypeError, ValueError):
+                raise ShiftbenchError(f"coco: image entry {str(img)[:80]} needs id, height and width") from None
             file_name = img.get("file_name")
             resolve_inside(image_dir, file_name, "image file_name")
-            records.append({"id": int(img["id"]), "file_name": file_name, "height": int(img["height"]),
-                            "width": int(img["width"]), "anns": per_image.get(int(img["id"]), [])})
+            records.append({"id": image_id, "file_name": file_name, "height": height, "width": width,
+                            "anns": per_image.pop(image_id, [])})
+        if per_image:  # annotations whose image is not listed would otherwise vanish
+            raise ShiftbenchError(f"coco: {ann_file.name} has annotations for image ids not in 'images': "
+                                  f"{', '.join(map(str, sorted(per_image)[:5]))}")
         self._records, self.skipped = screen(records, lambda r: [image_dir / r["file_name"]], image_dir,
                                              on_error, verify)
         self.description = f"COCO instances {ann_file.name} ({len(self.categories)} categories)"

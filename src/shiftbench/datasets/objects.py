@@ -301,11 +301,12 @@ def _describe_background(background: Any) -> tuple[str, str | None]:
     """(meta description, caption phrase or None) of a background spec."""
     if isinstance(background, str) and background in _scenes():
         return f"scene:{background}", _scenes()[background].phrase
-    if isinstance(background, str):
-        return f"color:{background}", f"on a {background} background"
-    if isinstance(background, np.ndarray):
-        return "array", None
-    return f"color:{list(background)}", None
+    if isinstance(background, str):  # a colour; only a named one reads well in a caption
+        named = background.replace(" ", "").isalpha()
+        return f"color:{background}", f"on a {background} background" if named else None
+    if isinstance(background, (tuple, list)):
+        return f"color:{[int(v) for v in background]}", None
+    return "array", None
 
 
 def background_image(background: Any, canvas: Any = DEFAULT_SIZE) -> np.ndarray:
@@ -406,9 +407,10 @@ def render_many(items: Sequence[tuple[str, Placement]], background: Any = "pebbl
             boxes.append(box[0])
             labels.append(object_info(oid).imagenet_index)
     first = object_info(items[0][0])
-    where, phrase = _describe_background(background)
-    return Sample(image=image, label=first.imagenet_index if len({object_info(o).imagenet_index for o, _ in items}) == 1 else None,
-                  class_name=first.imagenet_name, mask=instances, boxes=np.array(boxes, dtype=np.float32).reshape(-1, 4),
+    one_class = len({object_info(o).imagenet_index for o, _ in items}) == 1  # else no single image label
+    where, _ = _describe_background(background)
+    return Sample(image=image, label=first.imagenet_index if one_class else None,
+                  class_name=first.imagenet_name if one_class else None, mask=instances, boxes=np.array(boxes, dtype=np.float32).reshape(-1, 4),
                   box_labels=np.array(labels, dtype=np.int64), id="+".join(o for o, _ in items) + f"@{where}",
                   meta={"object_ids": [o for o, _ in items], "placements": [p.to_dict() for _, p in items],
                         "background": where, "mask_type": "instance", "alpha_threshold": ALPHA_THRESHOLD})

@@ -43,7 +43,7 @@ def foolbox_data_dir() -> Path | None:
                    "package (pip install foolbox), no masks", size=20, annotations=("label",))
 class ImageNetPhotos(Dataset):
     """ImageNet-style photos with ImageNet-1k labels (from the file names), for pipelines that segment
-    the object themselves. Images are returned at their stored size (224x224 for foolbox's)."""
+    the object themselves. Images are returned at their stored size (foolbox's: 512x512, one 1024x683)."""
 
     annotations = ("label",)
     num_classes = NUM_CLASSES
