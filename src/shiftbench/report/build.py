@@ -109,6 +109,8 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
                 xs = ([0] if clean_mean is not None else []) + sev
                 ys = ([clean_mean] if clean_mean is not None else []) + [float(np.mean(by_sev[s])) for s in sev]
                 label = condition_label(shift, json.loads(pk))
+                if label.startswith("_"):  # matplotlib hides legend labels that start with "_"
+                    label = "\u200b" + label
                 ax.plot(xs, np.asarray(ys) * scale, marker="o", ms=3, lw=1.4, label=label)
             ax.set_title(fam)
             ax.set_xlabel("severity (0 = clean)")
@@ -141,7 +143,6 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
                     ax.text(j, i, f"{data[i, j]:.0f}" if main.percent else f"{data[i, j]:.2f}", ha="center",
                             va="center", fontsize=6)
         fig.colorbar(im, ax=ax, label=f"change in {metric}{' (points)' if main.percent else ''}")
-        fig.tight_layout()
         figures.append(_save(fig, out, "drop_heatmap.png", "Change against clean",
                              f"Change of {metric} against clean, per model and shift (mean over severities)."))
         plt.close(fig)
@@ -179,7 +180,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
 
 def _save(fig, out: Path, name: str, title: str, caption: str) -> dict[str, str]:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     data = buf.getvalue()
     (out / name).write_bytes(data)
     return {"title": title, "caption": caption, "file": name,
