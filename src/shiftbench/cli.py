@@ -1,0 +1,253 @@
+"""The ``shiftbench`` command: list, env, generate, evaluate, report, demo.
+
+User mistakes (unknown names, malformed specs, missing or unreadable files) end with one line on
+stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import ShiftbenchError
+
+KINDS = ("shifts", "models", "datasets", "metrics")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="shiftbench")
+def cli() -> None:
+    """Stress-test vision and vision-language models with controlled, label-preserving shifts."""
+
+
+# -- list ---------------------------------------------------------------------------------------
+@cli.command("list")
+@click.argument("kind", type=click.Choice(KINDS + ("all",)), default="all")
+@click.argument("pattern", required=False)
+@click.option("--names", is_flag=True, help="Print bare names, one per line.")
+def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
+    """List registered shifts, models, datasets or metrics (PATTERN is a glob, e.g. '*blur*')."""
+    from rich.table import Table
+
+    from .registry import DATASETS, METRICS, MODELS, SHIFTS
+
+    registries = {"shifts": SHIFTS, "models": MODELS, "datasets": DATASETS, "metrics": METRICS}
+    kinds = KINDS if kind == "all" else (kind,)
+    console = _console()
+    for k in kinds:
+        entries = registries[k].entries(pattern)
+        if names:
+            for e in entries:
+                click.echo(e.name)
+            continue
+        table = Table(title=f"{k} ({len(entries)})", title_justify="left", show_lines=False)
+        table.add_column("name", style="bold")
+        table.add_column("group / details")
+        table.add_column("description")
+        for e in entries:
+            details = _details(e.meta)
+            table.add_row(e.name, details, e.description)
+        console.print(table)
+
+
+def _details(meta: dict[str, Any]) -> str:
+    parts = []
+    for key in ("group", "task", "size", "annotations", "backend", "severities"):
+        if key in meta and meta[key] not in (None, "", [], ()):
+            value = meta[key]
+            if isinstance(value, (list, tuple)):
+                value = ",".join(str(v) for v in value)
+            parts.append(f"{key}={value}" if key != "group" else str(value))
+    return " ".join(parts)
+
+
+# -- env ----------------------------------------------------------------------------------------
+@cli.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def env_cmd(as_json: bool) -> None:
+    """Versions, devices and which optional backends are importable."""
+    from .engine.provenance import environment
+
+    info = environment(devices=True)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="shiftbench environment", title_justify="left")
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    for key in ("shiftbench", "python", "platform", "git"):
+        table.add_row(key, str(info.get(key)))
+    for name, version in info["packages"].items():
+        table.add_row(name, version or "[dim]not installed[/dim]")
+    table.add_row("devices", ", ".join(info["devices"]))
+    _console().print(table)
+
+
+# -- evaluate -----------------------------------------------------------------------------------
+@cli.command("evaluate")
+@click.option("--config", "config", type=click.Path(dir_okay=False), required=True, help="Benchmark spec (YAML).")
+@click.option("--store", type=click.Path(dir_okay=False), default=None, help="Results database (SQLite).")
+@click.option("--results-json", type=click.Path(dir_okay=False), default=None, help="Also write the rows here.")
+@click.option("--dry-run", is_flag=True, help="Validate the spec and print the planned conditions.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
+@click.option("--log-samples", is_flag=True, help="Store per-sample predictions.")
+@click.option("--run-id", default=None, help="Name of the run in the store (default: from the spec).")
+def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
+                 log_samples: bool, run_id: str | None) -> None:
+    """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
+    from .spec import load_spec
+
+    spec = load_spec(config)
+    if limit is not None:
+        spec.limit = limit
+    if log_samples:
+        spec.log_samples = True
+    if dry_run:
+        _print_plan(spec)
+        return
+    from .engine.evaluate import evaluate
+
+    store = store or str(Path(config).with_suffix(".db").name)
+    rows = evaluate(spec, store=store, run_id=run_id, progress=True)
+    if results_json:
+        _write_json_atomic(Path(results_json), rows)
+    _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""))
+
+
+def _print_plan(spec) -> None:
+    from rich.table import Table
+
+    conditions = spec.conditions()
+    table = Table(title=f"planned conditions ({len(conditions)})", title_justify="left")
+    for col in ("#", "model", "shift", "params", "severity"):
+        table.add_column(col)
+    for i, c in enumerate(conditions, 1):
+        table.add_row(str(i), c.model, c.shift, json.dumps(c.params) if c.params else "", str(c.severity))
+    console = _console()
+    console.print(f"dataset: {spec.dataset}" + (f" (limit {spec.limit})" if spec.limit else ""))
+    console.print(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}")
+    console.print(table)
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    if not path.parent.exists():
+        raise ShiftbenchError(f"{path}: folder {path.parent} does not exist")
+    tmp = path.with_name(path.name + ".part")
+    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
+    tmp.replace(path)
+
+
+# -- generate -----------------------------------------------------------------------------------
+@cli.command("generate")
+@click.option("--dataset", required=True, help="Registered dataset name or a dataset folder.")
+@click.option("--shift", "shifts", required=True, multiple=True,
+              help="Shift name, comma list, glob, or a corruption group (all, noise, blur, weather, digital, extra, text).")
+@click.option("--severity", default="3", show_default=True, help="Severity, list (1,3,5) or range (1-5).")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
+@click.option("--format", "fmt", type=click.Choice(["png", "jpeg"]), default="png", show_default=True,
+              help="Image format of the outputs; JPEG is lossy and recorded in the manifest.")
+@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=95, show_default=True)
+@click.option("--param", "params", multiple=True, help="Shift parameter KEY=VALUE (YAML value), repeatable.")
+def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
+                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...]) -> None:
+    """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
+    from .engine.generate import generate, parse_severities, resolve_shifts
+
+    names = resolve_shifts(shifts)
+    shift_params = _parse_params(params)
+    summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
+                       fmt=fmt, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True)
+    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done) to {out}")
+
+
+def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
+    import yaml
+
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ShiftbenchError(f"--param {item!r}: expected KEY=VALUE")
+        params[key] = yaml.safe_load(value)
+    return params
+
+
+# -- curate -------------------------------------------------------------------------------------
+@cli.command("curate")
+@click.option("--dataset", required=True, help="Registered dataset name or a dataset folder.")
+@click.option("--models", required=True, help="Comma-separated classifiers that must all be right.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Id list to write.")
+@click.option("--min-mask-fraction", type=click.FloatRange(0, 1), default=None,
+              help="Also require an object mask covering at least this fraction of the image.")
+@click.option("--limit", type=click.IntRange(min=1), default=None)
+def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | None, limit: int | None) -> None:
+    """Keep the samples every model of an ensemble classifies correctly on clean data (ObjectCompose)."""
+    from .engine.curate import curate
+
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    summary = curate(dataset, names, out, min_mask_fraction=min_mask_fraction, limit=limit)
+    _console().print(f"kept {summary['kept']} of {summary['total']} samples "
+                     f"(dropped: {summary['dropped']}) -> {out}")
+
+
+# -- report / demo ------------------------------------------------------------------------------
+@cli.command("report")
+@click.option("--store", required=True, type=click.Path(dir_okay=False), help="Results database.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--run-id", default=None, help="Which run (default: the latest).")
+def report_cmd(store: str, out: str, run_id: str | None) -> None:
+    """Build tables and an HTML report from a results store (never re-runs models)."""
+    from .report import build_report
+
+    path = build_report(store, out, run_id=run_id)
+    _console().print(f"report: {path}")
+
+
+@cli.command("demo")
+@click.option("--out", default="shiftbench-demo", show_default=True, type=click.Path(file_okay=False))
+@click.option("--quick", is_flag=True, help="A smaller run (about 2 minutes).")
+def demo_cmd(out: str, quick: bool) -> None:
+    """Run the bundled benchmark on built-in data with the bundled models and write a report."""
+    from .engine.demo import run_demo
+
+    run_demo(out, quick=quick)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, turning user mistakes into one-line errors (exit status 2)."""
+    try:
+        cli.main(args=argv, prog_name="shiftbench", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except ShiftbenchError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

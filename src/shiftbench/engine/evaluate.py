@@ -1,0 +1,430 @@
+"""The evaluation runner: models x (clean + shifts x severities) on a dataset -> metric rows in the store.
+
+Order of work: for each shift condition, each batch is loaded and shifted once, then given to every
+model that still needs it (shifting is shared across models). A data thread prepares the next batch
+while the models run. Each finished (model, condition, batch) saves its metric states in one
+transaction; a finished condition merges them, computes the metrics and is marked done. A killed run
+restarted with the same spec and store skips what is complete and never duplicates a row.
+
+Shifts are applied exactly as ``shiftbench generate`` applies them (same per-sample seeds), so an
+evaluation on the fly and one on a generated folder see the same pixels.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError, SpecError
+from ..registry import METRICS, MODELS, SHIFTS
+from ..sample import Sample
+from ..spec import Spec, load_spec
+from .store import ConditionKey, Store
+
+GRID_SAMPLES = 4  # per condition, kept as thumbnails with every model's prediction for the report
+THUMB = 96
+
+
+@dataclass
+class _Condition:
+    shift_name: str
+    params: dict[str, Any]
+    severity: int
+    shift: Any
+
+
+def evaluate(
+    spec_or_path: Any,
+    store: str | os.PathLike | Store | None = None,
+    run_id: str | None = None,
+    progress: bool = False,
+    models: dict[str, Any] | None = None,
+    on_batch: Callable[[str, int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
+
+    ``store`` is a database path (created if missing) or an open Store; without one a temporary store
+    is used. ``models`` may pass already-created model objects by name (reused across calls).
+    """
+    spec = load_spec(spec_or_path)
+    own_store = not isinstance(store, Store)
+    tmpdir = None
+    if store is None:
+        tmpdir = tempfile.TemporaryDirectory(prefix="shiftbench-")
+        store = Path(tmpdir.name) / "results.db"
+    db = store if isinstance(store, Store) else Store(store)
+    try:
+        return _Runner(spec, db, run_id, progress, models or {}, on_batch).run()
+    finally:
+        if own_store:
+            db.close()
+        if tmpdir is not None:
+            tmpdir.cleanup()
+
+
+class _Runner:
+    def __init__(self, spec: Spec, store: Store, run_id: str | None, progress: bool,
+                 models: dict[str, Any], on_batch: Callable | None):
+        self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
+        self.given_models = models
+        self.requested_run_id = run_id
+
+    # -- setup --------------------------------------------------------------------------------
+    def _dataset(self):
+        from ..datasets import Subset, load
+
+        dataset = load(self.spec.dataset, **self.spec.dataset_params)
+        if self.spec.ids:
+            dataset = _select_ids(dataset, Path(self.spec.ids))
+        if self.spec.limit is not None and self.spec.limit < len(dataset):
+            dataset = Subset(dataset, list(range(self.spec.limit)))
+        if len(dataset) == 0:
+            raise ShiftbenchError(f"dataset {self.spec.dataset!r} has no samples")
+        return dataset
+
+    def _models(self, dataset) -> dict[str, Any]:
+        from ..models.base import check_label_space
+
+        models = {}
+        for m in self.spec.models:
+            model = self.given_models.get(m.label) or MODELS.create(m.name, **m.params)
+            task = getattr(model, "task", None)
+            if task not in _HANDLERS:
+                raise ShiftbenchError(f"model {m.name!r}: the runner does not evaluate {task!r} models yet")
+            if task == "classification" and getattr(model, "kind", "") == "zero_shot_classifier":
+                if getattr(model, "_class_features", None) is None and dataset.class_names:
+                    model.set_classes(dataset.class_names)
+            if task == "classification":
+                space = _dataset_space(dataset)
+                if space is not None:
+                    check_label_space(model, space, dataset_name=f"dataset {self.spec.dataset!r}")
+            models[m.label] = model
+        return models
+
+    def _metrics(self, models: dict[str, Any]) -> dict[str, list[str]]:
+        from ..metrics.base import check_task
+
+        per_model: dict[str, list[str]] = {}
+        for name, model in models.items():
+            names = []
+            for metric_name in self.spec.metrics:
+                metric = METRICS.create(metric_name)
+                try:
+                    check_task(metric, model)
+                except ShiftbenchError as exc:
+                    raise SpecError(f"metrics: {exc}") from None
+                names.append(metric_name)
+            per_model[name] = names
+        return per_model
+
+    # -- the run ------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        from .provenance import git_hash, versions
+
+        spec = self.spec
+        dataset = self._dataset()
+        models = self._models(dataset)
+        metrics = self._metrics(models)
+        dataset_name = spec.dataset
+        run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),
+                                      git_hash=git_hash(), name=spec.name)
+        conditions = []
+        for s in spec.shifts:
+            shift = SHIFTS.create(s.name, **s.params)
+            for severity in s.severities:
+                conditions.append(_Condition(s.name, dict(s.params), severity, shift))
+        n = len(dataset)
+        batch = spec.batch_size
+        n_batches = (n + batch - 1) // batch
+        cids = {(m, i): self.store.condition(run_id, ConditionKey(m, dataset_name, c.shift_name, c.params, c.severity))
+                for m in models for i, c in enumerate(conditions)}
+        todo_total = sum(n for cid in cids.values() if not self.store.is_done(cid))
+        with _Progress(self.progress, todo_total) as bar, ThreadPoolExecutor(1) as loader:
+            for ci, cond in enumerate(conditions):
+                pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
+                if not pending:
+                    continue
+                restored = {m: self._restore(metrics[m], cid) for m, cid in pending.items()}
+                live = {m: r[0] for m, r in restored.items()}
+                saved = {m: r[1] for m, r in restored.items()}
+                batches = [b for b in range(n_batches) if any(b not in saved[m] for m in pending)]
+                future: Future | None = None
+                for k, b in enumerate(batches):
+                    if future is None:
+                        future = loader.submit(self._load_batch, dataset, cond, b, batch)
+                    samples = future.result()
+                    future = (loader.submit(self._load_batch, dataset, cond, batches[k + 1], batch)
+                              if k + 1 < len(batches) else None)
+                    for m, cid in pending.items():
+                        if b in saved[m]:
+                            continue
+                        self._run_batch(models[m], metrics[m], cid, b, samples, cond, run_id, live[m])
+                        bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
+                        if self.on_batch:
+                            self.on_batch(m, b)
+                for m, cid in pending.items():
+                    self._finish(models[m], metrics[m], cid, n, live[m])
+        self.store.finish_run(run_id)
+        return self.store.rows(run_id)
+
+    def _load_batch(self, dataset, cond: _Condition, b: int, batch: int) -> list[Sample]:
+        indices = range(b * batch, min((b + 1) * batch, len(dataset)))
+        samples = [dataset.load(i) for i in indices]
+        if cond.shift_name == "clean":
+            return samples
+        params = [cond.shift.draw(s, cond.severity, self.spec.seed) for s in samples]
+        return list(cond.shift.apply_batch(samples, params))
+
+    def _run_batch(self, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
+                   cond: _Condition, run_id: str, metrics: dict[str, Any]) -> None:
+        """Predict one batch, fold it into the model's metrics and save their cumulative state."""
+        handler = _HANDLERS[model.task]
+        outputs = _predict_with_backoff(handler.predict, model, samples)
+        for name in metric_names:
+            metrics[name].update_from_samples(outputs, samples)
+        states = {name: encode_state(vars(metrics[name])) for name in metric_names}
+        grid = samples[:GRID_SAMPLES] if b == 0 else []
+        keep = samples if self.spec.log_samples else grid
+        predictions = [(s.id, handler.record(outputs, i, s, model)) for i, s in enumerate(keep)]
+        self.store.save_batch(cid, b, states, predictions=predictions or None)
+        if grid:
+            self._save_thumbnails(run_id, cond, grid)
+
+    def _save_thumbnails(self, run_id: str, cond: _Condition, samples: list[Sample]) -> None:
+        import cv2
+
+        for s in samples:
+            h, w = s.image.shape[:2]
+            scale = THUMB / max(h, w)
+            thumb = cv2.resize(s.image, (max(1, round(w * scale)), max(1, round(h * scale))),
+                               interpolation=cv2.INTER_AREA)
+            ok, png = cv2.imencode(".png", thumb[:, :, ::-1])
+            key = f"thumb/{cond.shift_name}/{_params_key(cond.params)}/{cond.severity}/{s.id}"
+            self.store.put_artifact(run_id, key, png.tobytes(), {"label": s.label, "class_name": s.class_name})
+
+    def _restore(self, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
+        """Fresh metrics, or the cumulative state after the last saved batch when resuming."""
+        metrics = {name: METRICS.create(name) for name in metric_names}
+        saved = self.store.batches(cid)
+        if saved:
+            last = max(saved)
+            if set(saved) != set(range(last + 1)):  # batches are saved in order; anything else is damage
+                raise ShiftbenchError(f"store condition {cid}: saved batches {sorted(saved)} are not a prefix")
+            for name in metric_names:
+                vars(metrics[name]).update(decode_state(saved[last][name]))
+        return metrics, set(saved)
+
+    def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any]) -> None:
+        results: dict[str, Any] = {}
+        for name in metric_names:
+            metric = metrics[name]
+            values = metric.compute()
+            if not isinstance(values, dict):
+                values = {name: values}
+            extra = _jsonable(metric.state()) if hasattr(metric, "state") else {}
+            for i, (key, value) in enumerate(values.items()):
+                info = {"higher_is_better": bool(getattr(metric, "higher_is_better", True)), "metric": name}
+                if i == 0 and extra:
+                    info.update(extra)
+                results[key] = (None if value is None or not np.isfinite(value) else float(value), n, info)
+        self.store.finish_condition(cid, results, n=n)
+
+
+# -- task handlers --------------------------------------------------------------------------------
+class _Classification:
+    @staticmethod
+    def predict(model, samples: Sequence[Sample]) -> np.ndarray:
+        from ..models.base import check_outputs
+
+        logits = model.predict_logits([s.image for s in samples])
+        check_outputs(logits, model.name, num_classes=model.label_space.num_classes, batch_size=len(samples))
+        return logits
+
+    @staticmethod
+    def record(logits: np.ndarray, i: int, s: Sample, model) -> dict[str, Any]:
+        z = logits[i].astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        top = np.argsort(-p, kind="stable")[:5]
+        names = model.label_space.class_names
+        return {"label": s.label, "pred": int(top[0]), "pred_name": names[int(top[0])],
+                "confidence": round(float(p[top[0]]), 6), "correct": bool(int(top[0]) == s.label),
+                "top5": [int(t) for t in top]}
+
+
+class _Segmentation:
+    @staticmethod
+    def predict(model, samples: Sequence[Sample]) -> list[np.ndarray]:
+        from ..models.base import check_outputs
+
+        masks = model.predict_masks([s.image for s in samples])
+        check_outputs(list(masks), model.name, batch_size=len(samples))
+        return list(masks)
+
+    @staticmethod
+    def record(masks: list[np.ndarray], i: int, s: Sample, model) -> dict[str, Any]:
+        pred = np.asarray(masks[i])
+        out: dict[str, Any] = {"foreground_fraction": round(float((pred > 0).mean()), 6)}
+        if s.mask is not None:
+            t = s.mask > 0
+            p = pred > 0
+            union = np.logical_or(t, p).sum()
+            out["iou"] = round(float(np.logical_and(t, p).sum() / union), 6) if union else 1.0
+        return out
+
+
+_HANDLERS: dict[str, Any] = {"classification": _Classification, "segmentation": _Segmentation}
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _predict_with_backoff(predict: Callable, model, samples: list[Sample]):
+    """Predict a batch; on out-of-memory, split it in halves (down to one image) and join the outputs."""
+    try:
+        return predict(model, samples)
+    except (MemoryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "out of memory" not in str(exc).lower():
+            raise
+        if len(samples) == 1:
+            raise ShiftbenchError(f"model {model.name!r} runs out of memory on a single image") from None
+        half = len(samples) // 2
+        a = _predict_with_backoff(predict, model, samples[:half])
+        b = _predict_with_backoff(predict, model, samples[half:])
+        return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
+
+
+def encode_state(value: Any) -> Any:
+    """A metric's attributes as JSON: arrays keep dtype and shape, dataclasses and tuples are tagged."""
+    import dataclasses
+
+    if isinstance(value, np.ndarray):
+        return {"__nd__": value.tolist() if value.dtype != object else [encode_state(v) for v in value],
+                "dtype": str(value.dtype), "shape": list(value.shape)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return {"__float__": repr(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        return {"__dc__": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {f.name: encode_state(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return {"__items__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
+        return {k: encode_state(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode_state(v) for v in value]}
+    if isinstance(value, list):
+        return [encode_state(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ShiftbenchError(f"cannot save metric state of type {type(value).__name__}")
+
+
+_STATE_CLASSES = ("shiftbench.",)  # only shiftbench dataclasses are rebuilt from a store
+
+
+def decode_state(value: Any) -> Any:
+    """Inverse of encode_state (rebuilds only shiftbench's own dataclasses; nothing is executed)."""
+    import importlib
+
+    if isinstance(value, list):
+        return [decode_state(v) for v in value]
+    if isinstance(value, dict):
+        if "__nd__" in value:
+            dtype = np.dtype(value["dtype"])
+            if dtype == object:
+                arr = np.empty(len(value["__nd__"]), dtype=object)
+                arr[:] = [decode_state(v) for v in value["__nd__"]]
+                return arr.reshape(value["shape"])
+            return np.asarray(value["__nd__"], dtype=dtype).reshape(value["shape"])
+        if "__float__" in value:
+            return float(value["__float__"])
+        if "__tuple__" in value:
+            return tuple(decode_state(v) for v in value["__tuple__"])
+        if "__items__" in value:
+            return {decode_state(k): decode_state(v) for k, v in value["__items__"]}
+        if "__dc__" in value:
+            module, _, qualname = value["__dc__"].partition(":")
+            if not module.startswith(_STATE_CLASSES):
+                raise ShiftbenchError(f"store holds a state of foreign type {value['__dc__']!r}")
+            cls = getattr(importlib.import_module(module), qualname)
+            return cls(**{k: decode_state(v) for k, v in value["fields"].items()})
+        return {k: decode_state(v) for k, v in value.items()}
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _params_key(params: dict[str, Any]) -> str:
+    from .store import canonical_json
+
+    return canonical_json(params or {})
+
+
+def _dataset_space(dataset) -> Any:
+    names = getattr(dataset, "class_names", None)
+    space = getattr(dataset, "label_space", None)
+    if space is not None:
+        return space
+    if getattr(dataset, "num_classes", None) == 1000:
+        return "imagenet1k"
+    return list(names) if names else None
+
+
+def _select_ids(dataset, path: Path):
+    from ..datasets import Subset
+
+    if not path.exists():
+        raise ShiftbenchError(f"{path}: id list not found")
+    wanted = [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    index = {dataset.sample_id(i): i for i in range(len(dataset))}
+    missing = [w for w in wanted if w not in index]
+    if missing:
+        raise ShiftbenchError(f"{path}: {len(missing)} ids are not in the dataset (first: {missing[:3]})")
+    return Subset(dataset, [index[w] for w in wanted])
+
+
+class _Progress:
+    def __init__(self, enabled: bool, total: float):
+        self.enabled = enabled and total > 0
+        self.total = total
+        self.start = time.perf_counter()
+        self.images = 0.0
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.fields[rate]}"),
+                                TimeRemainingColumn())
+            self.bar.__enter__()
+            self.task = self.bar.add_task("evaluate", total=self.total, rate="")
+        return self
+
+    def advance(self, label: str, images: float) -> None:
+        if not self.enabled:
+            return
+        self.images += images
+        rate = self.images / max(time.perf_counter() - self.start, 1e-9)
+        self.bar.update(self.task, advance=images, description=label, rate=f"{rate:.1f} img/s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)

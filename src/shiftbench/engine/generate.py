@@ -1,0 +1,322 @@
+"""Write shifted copies of a dataset: images (lossless PNG by default) and a manifest of every draw.
+
+Layout: ``OUT/<shift>/<severity>/<source relative path with the output suffix>``, and
+``OUT/manifest.jsonl`` with one record per output (source id, shift, severity, seed, the shift's
+config and the sampled params, the output path and format). Text shifts write no images; their
+records carry the corrupted text.
+
+Resumable and worker-invariant: each output is a pure function of (sample, shift, severity, seed),
+written to a temporary file and renamed; its record goes to ``manifest.partial.jsonl`` after the
+file is in place. A restarted run skips what the journal lists and redoes the rest. At the end the
+manifest is written in a canonical order, so neither an interruption nor the number of workers
+changes a single byte of the output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from ..registry import SHIFTS
+
+MANIFEST = "manifest.jsonl"
+JOURNAL = "manifest.partial.jsonl"
+CONFIG = "generate.json"
+CHUNK = 16
+
+# Groups of image corruptions (by the ``group`` meta of the registry); "all" is the 15 of ImageNet-C.
+IMAGENET_C_GROUPS = ("noise", "blur", "weather", "digital")
+
+
+def parse_severities(text: str | int | Sequence[int]) -> list[int]:
+    """'3' -> [3]; '1-5' -> [1..5]; '1,3,5' -> [1, 3, 5]."""
+    if isinstance(text, int):
+        return [text]
+    if not isinstance(text, str):
+        return [int(v) for v in text]
+    values: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if lo > hi:
+                raise ShiftbenchError(f"severity range {part!r} is empty")
+            values.extend(range(lo, hi + 1))
+        elif part.isdigit():
+            values.append(int(part))
+        else:
+            raise ShiftbenchError(f"severity {part!r}: expected a number, a list (1,3,5) or a range (1-5)")
+    return sorted(set(values))
+
+
+def resolve_shifts(items: Iterable[str]) -> list[str]:
+    """Expand shift names, comma lists, globs and groups (all, noise, blur, weather, digital, extra, text)."""
+    names: list[str] = []
+    entries = SHIFTS.entries()
+    for item in items:
+        for word in (w.strip() for w in str(item).split(",")):
+            if not word:
+                continue
+            if word == "all":
+                found = [e.name for e in entries if e.meta.get("group") in IMAGENET_C_GROUPS]
+            elif any(e.meta.get("group") == word for e in entries):
+                found = [e.name for e in entries if e.meta.get("group") == word]
+            elif any(ch in word for ch in "*?["):
+                found = SHIFTS.names(word)
+                if not found:
+                    raise ShiftbenchError(f"no shift matches {word!r}")
+            else:
+                SHIFTS.entry(word)  # unknown names raise with "did you mean"
+                found = [word]
+            names.extend(n for n in found if n not in names)
+    if not names:
+        raise ShiftbenchError("no shift given")
+    return names
+
+
+@dataclass(frozen=True)
+class _Job:
+    dataset: str
+    dataset_kwargs: dict[str, Any]
+    limit: int | None
+    shift: str
+    shift_params: dict[str, Any]
+    severity: int
+    indices: tuple[int, ...]
+    seed: int
+    out: str
+    fmt: str
+    jpeg_quality: int
+
+
+def _safe_relpath(sample: Any) -> str:
+    """Where a sample's output goes below OUT/<shift>/<severity>/: its source path, else its id."""
+    rel = sample.meta.get("relpath") if isinstance(getattr(sample, "meta", None), dict) else None
+    rel = str(rel) if rel else re.sub(r"[^A-Za-z0-9._-]+", "_", str(sample.id)) or "sample"
+    parts = [p for p in Path(rel).parts if p not in ("", ".", "..", "/")]
+    return str(Path(*parts)) if parts else "sample"
+
+
+def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
+    from PIL import Image
+
+    tmp = path.with_name(path.name + ".part")
+    img = Image.fromarray(image)
+    if fmt == "png":
+        img.save(tmp, format="PNG", compress_level=6)
+    else:
+        img.save(tmp, format="JPEG", quality=quality, subsampling=0)
+    os.replace(tmp, path)
+
+
+_worker_cache: dict[tuple, Any] = {}
+
+
+def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
+    from ..datasets import load
+
+    key = (name, json.dumps(kwargs, sort_keys=True, default=str), limit)
+    if key not in _worker_cache:
+        _worker_cache.clear()
+        _worker_cache[key] = load(name, limit=limit, **kwargs)
+    return _worker_cache[key]
+
+
+def _run_job(job: _Job) -> list[dict[str, Any]]:
+    """Shift one chunk of samples and write their outputs; returns their manifest records."""
+    dataset = _open_dataset(job.dataset, job.dataset_kwargs, job.limit)
+    shift = SHIFTS.create(job.shift, **job.shift_params)
+    items = [dataset.load(i) for i in job.indices]
+    if shift.kind == "text":
+        params = [shift.draw(x, job.severity, job.seed) for x in items]
+        outs = [shift.apply(x, p) for x, p in zip(items, params)]
+    else:
+        for x in items:
+            if getattr(x, "image", None) is None:
+                raise ShiftbenchError(f"shift {job.shift!r} needs images; record {x.id} has none")
+        params = [shift.draw(x, job.severity, job.seed) for x in items]
+        outs = shift.apply_batch(items, params)
+    records = []
+    base = Path(job.out) / job.shift / str(job.severity)
+    for index, item, out, p in zip(job.indices, items, outs, params):
+        record: dict[str, Any] = {
+            "index": index, "id": item.id, "shift": job.shift, "severity": job.severity, "seed": job.seed,
+            "config": shift.config, "params": p,
+        }
+        meta = getattr(item, "meta", {}) or {}
+        if meta.get("relpath"):
+            record["source"] = str(meta["relpath"])
+        if meta.get("converted_from"):
+            record["converted_from"] = meta["converted_from"]
+        if shift.kind == "text":
+            record["text"] = getattr(out, "text", None) if hasattr(out, "reference") else out.caption
+        else:
+            suffix = ".png" if job.fmt == "png" else ".jpg"
+            rel = Path(_safe_relpath(item)).with_suffix(suffix)
+            path = base / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _encode(path, out.image, job.fmt, job.jpeg_quality)
+            record["output"] = str(Path(job.shift) / str(job.severity) / rel)
+            record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
+        records.append(record)
+    return records
+
+
+def _read_journal(path: Path) -> list[dict[str, Any]]:
+    """Records of a journal; a torn last line (killed mid-write) is dropped and truncated away."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep != len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+    return [json.loads(line) for line in data[:keep].decode("utf-8").splitlines() if line.strip()]
+
+
+def generate(
+    dataset: str,
+    shifts: Sequence[str],
+    severities: Sequence[int],
+    out: str | os.PathLike,
+    workers: int = 1,
+    seed: int = 0,
+    limit: int | None = None,
+    fmt: str = "png",
+    jpeg_quality: int = 95,
+    shift_params: dict[str, Any] | None = None,
+    dataset_kwargs: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, int]:
+    """Apply each shift at each severity to every sample of ``dataset``; see the module docstring."""
+    if fmt not in ("png", "jpeg"):
+        raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
+    out = Path(out)
+    shift_params = dict(shift_params or {})
+    dataset_kwargs = dict(dataset_kwargs or {})
+    ds = _open_dataset(str(dataset), dataset_kwargs, limit)
+    n = len(ds)
+    if n == 0:
+        raise ShiftbenchError(f"dataset {dataset!r} has no samples")
+
+    plan: list[tuple[str, int]] = []
+    for name in shifts:
+        shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
+        for severity in severities:
+            shift.check_severity(severity)
+            plan.append((name, int(severity)))
+
+    config = {"dataset": str(dataset), "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
+              "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = out / CONFIG
+    if config_path.exists():
+        previous = json.loads(config_path.read_text())
+        if previous != config:
+            raise ShiftbenchError(
+                f"{out}: holds outputs generated with other settings ({_diff(previous, config)}); use another --out"
+            )
+    else:
+        tmp = config_path.with_name(CONFIG + ".part")
+        tmp.write_text(json.dumps(config, sort_keys=True, indent=1))
+        os.replace(tmp, config_path)
+
+    for stale in out.rglob("*.part"):  # temp files of a killed run: never valid outputs
+        stale.unlink()
+    journal_path = out / JOURNAL
+    done: dict[tuple[str, int, int], dict] = {}
+    for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
+        done[(record["shift"], record["severity"], record["index"])] = record
+    jobs = []
+    skipped = 0
+    for name, severity in plan:
+        todo = []
+        for i in range(n):
+            record = done.get((name, severity, i))
+            if record is not None and ("output" not in record or (out / record["output"]).exists()):
+                skipped += 1
+            else:
+                todo.append(i)
+        for start in range(0, len(todo), CHUNK):
+            jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
+                             tuple(todo[start:start + CHUNK]), seed, str(out), fmt, jpeg_quality))
+
+    written = 0
+    total = sum(len(j.indices) for j in jobs)
+    with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
+        def record_all(records: list[dict]) -> None:
+            nonlocal written
+            for record in records:
+                journal.write(json.dumps(record, sort_keys=True) + "\n")
+                done[(record["shift"], record["severity"], record["index"])] = record
+            journal.flush()
+            os.fsync(journal.fileno())
+            written += len(records)
+            advance(len(records))
+
+        if workers <= 1 or len(jobs) <= 1:
+            for job in jobs:
+                record_all(_run_job(job))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                for records in pool.map(_run_job, jobs):
+                    record_all(records)
+
+    _finalise_manifest(out, done)
+    return {"written": written, "skipped": skipped, "total": len(done)}
+
+
+def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict]) -> None:
+    records = [done[k] for k in sorted(done, key=lambda k: (k[0], k[1], k[2]))]
+    tmp = out / (MANIFEST + ".part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+    os.replace(tmp, out / MANIFEST)
+    journal = out / JOURNAL
+    if journal.exists():
+        journal.unlink()
+
+
+def _diff(a: dict, b: dict) -> str:
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in keys)
+
+
+class _progress:
+    """A rich progress bar when asked (and more than a handful of items), else a no-op."""
+
+    def __init__(self, enabled: bool, total: int, label: str):
+        self.enabled = enabled and total > 0
+        self.total, self.label = total, label
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda k: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), transient=False)
+        self._bar.__enter__()
+        task = self._bar.add_task(self.label, total=self.total, rate="")
+
+        def advance(k: int) -> None:
+            self._bar.update(task, advance=k)
+            speed = self._bar.tasks[0].speed
+            if speed:
+                self._bar.update(task, rate=f"{speed:.1f}/s")
+
+        return advance
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self._bar.__exit__(*exc)

@@ -1,0 +1,378 @@
+"""The results store: an embedded SQLite database of runs, conditions, results and predictions.
+
+Every write is one transaction (``BEGIN IMMEDIATE`` in WAL mode), so a run killed at any point
+leaves either a whole batch / condition or nothing of it; a restarted run skips what is complete
+and redoes the rest, and unique keys make a duplicated row impossible. Several processes may write
+one store at once: SQLite serialises the writers, ``busy_timeout`` makes them wait their turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import StoreError
+
+SCHEMA_VERSION = "1"
+_MAGIC_KEY = "shiftbench_schema"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT,
+    spec_json TEXT NOT NULL,
+    spec_hash TEXT NOT NULL,
+    versions_json TEXT NOT NULL,
+    git_hash TEXT,
+    seed INTEGER NOT NULL,
+    host TEXT,
+    started REAL NOT NULL,
+    finished REAL,
+    status TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS conditions (
+    condition_id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    model TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    shift TEXT NOT NULL,
+    params TEXT NOT NULL,
+    severity INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    n INTEGER,
+    started REAL,
+    finished REAL,
+    UNIQUE (run_id, model, dataset, shift, params, severity)
+);
+CREATE TABLE IF NOT EXISTS results (
+    condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
+    metric TEXT NOT NULL,
+    value REAL,
+    n INTEGER NOT NULL,
+    extra TEXT,
+    PRIMARY KEY (condition_id, metric)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
+    batch INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (condition_id, batch)
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    key TEXT NOT NULL,
+    data BLOB NOT NULL,
+    meta TEXT,
+    PRIMARY KEY (run_id, key)
+);
+CREATE TABLE IF NOT EXISTS predictions (
+    condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
+    sample_id TEXT NOT NULL,
+    prediction TEXT NOT NULL,
+    PRIMARY KEY (condition_id, sample_id)
+);
+"""
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal values give equal strings (used as keys)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(spec).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ConditionKey:
+    model: str
+    dataset: str
+    shift: str
+    params: dict[str, Any]
+    severity: int
+
+    @property
+    def params_json(self) -> str:
+        return canonical_json(self.params or {})
+
+
+class Store:
+    """A shiftbench results database at ``path`` (created if missing).
+
+    >>> import tempfile, os
+    >>> store = Store(os.path.join(tempfile.mkdtemp(), "r.db"))
+    >>> run = store.start_run({"dataset": "d"}, seed=0)
+    >>> cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    >>> store.finish_condition(cid, {"top1": (0.5, 10)})
+    True
+    >>> [(r["metric"], r["value"], r["n"]) for r in store.rows(run)]
+    [('top1', 0.5, 10)]
+    """
+
+    def __init__(self, path: str | os.PathLike, timeout: float = 60.0, create: bool = True):
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: store not found")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a directory; give a database file path")
+        existed = self.path.exists() and self.path.stat().st_size > 0
+        if existed:
+            with open(self.path, "rb") as fh:
+                if fh.read(16) != b"SQLite format 3\x00":
+                    raise StoreError(f"{self.path}: not a shiftbench store (not an SQLite database)")
+        elif not self.path.parent.exists():
+            raise StoreError(f"{self.path}: folder {self.path.parent} does not exist")
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open store ({exc})") from None
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        if existed:
+            self._check_magic()
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        if not existed:
+            self._init_schema()
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _check_magic(self) -> None:
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (_MAGIC_KEY,)).fetchone()
+        except sqlite3.DatabaseError:
+            raise StoreError(f"{self.path}: not a shiftbench store (no shiftbench tables)") from None
+        if row is None:
+            raise StoreError(f"{self.path}: not a shiftbench store (no schema marker)")
+        if row[0] != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema {row[0]} is not supported (this version reads {SCHEMA_VERSION})")
+
+    def _init_schema(self) -> None:
+        with self._write() as conn:
+            for statement in _SCHEMA.strip().split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (_MAGIC_KEY, SCHEMA_VERSION))
+        self._check_magic()
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; taken IMMEDIATE so concurrent writers queue instead of deadlocking."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- runs ---------------------------------------------------------------------------------
+    def start_run(
+        self,
+        spec: dict[str, Any],
+        seed: int,
+        run_id: str | None = None,
+        versions: dict[str, Any] | None = None,
+        git_hash: str | None = None,
+        name: str | None = None,
+    ) -> str:
+        """Open a run for ``spec``: the same spec resumes its run; ``run_id`` of another spec is refused."""
+        digest = spec_hash(spec)
+        run_id = run_id or f"run-{digest[:12]}"
+        with self._write() as conn:
+            row = conn.execute("SELECT spec_hash FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is not None:
+                if row["spec_hash"] != digest:
+                    raise StoreError(
+                        f"{self.path}: run {run_id!r} was started from another spec; "
+                        "use another run id or store"
+                    )
+                conn.execute("UPDATE runs SET status = 'running', finished = NULL WHERE run_id = ?", (run_id,))
+            else:
+                conn.execute(
+                    "INSERT INTO runs (run_id, name, spec_json, spec_hash, versions_json, git_hash, seed, host,"
+                    " started, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
+                    (run_id, name, canonical_json(spec), digest, canonical_json(versions or {}), git_hash,
+                     int(seed), socket.gethostname(), time.time()),
+                )
+        return run_id
+
+    def finish_run(self, run_id: str) -> None:
+        with self._write() as conn:
+            conn.execute("UPDATE runs SET status = 'done', finished = ? WHERE run_id = ?", (time.time(), run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute("SELECT * FROM runs ORDER BY started").fetchall()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d["spec"] = json.loads(d.pop("spec_json"))
+            d["versions"] = json.loads(d.pop("versions_json"))
+            out.append(d)
+        return out
+
+    def run(self, run_id: str | None = None) -> dict[str, Any]:
+        """One run's record (the latest when ``run_id`` is None)."""
+        runs = self.runs()
+        if not runs:
+            raise StoreError(f"{self.path}: the store holds no runs")
+        if run_id is None:
+            return runs[-1]
+        for r in runs:
+            if r["run_id"] == run_id:
+                return r
+        raise StoreError(f"{self.path}: no run {run_id!r} (runs: {', '.join(r['run_id'] for r in runs)})")
+
+    # -- conditions ---------------------------------------------------------------------------
+    def condition(self, run_id: str, key: ConditionKey) -> int:
+        """The id of a condition of ``run_id`` (created pending if new)."""
+        args = (run_id, key.model, key.dataset, key.shift, key.params_json, int(key.severity))
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO conditions (run_id, model, dataset, shift, params, severity)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                args,
+            )
+            row = conn.execute(
+                "SELECT condition_id FROM conditions WHERE run_id = ? AND model = ? AND dataset = ?"
+                " AND shift = ? AND params = ? AND severity = ?",
+                args,
+            ).fetchone()
+        return int(row[0])
+
+    def is_done(self, condition_id: int) -> bool:
+        row = self._conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
+        return row is not None and row[0] == "done"
+
+    def save_batch(
+        self,
+        condition_id: int,
+        batch: int,
+        state: Any,
+        predictions: list[tuple[str, Any]] | None = None,
+    ) -> bool:
+        """Record one finished batch (its metric state and per-sample predictions) atomically.
+
+        Returns False when the batch was already recorded (then nothing is written).
+        """
+        with self._write() as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM batches WHERE condition_id = ? AND batch = ?", (condition_id, batch)
+            ).fetchone()
+            if exists:
+                return False
+            conn.execute(
+                "INSERT INTO batches (condition_id, batch, state) VALUES (?, ?, ?)",
+                (condition_id, int(batch), canonical_json(state)),
+            )
+            if predictions:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO predictions (condition_id, sample_id, prediction) VALUES (?, ?, ?)",
+                    [(condition_id, str(sid), canonical_json(pred)) for sid, pred in predictions],
+                )
+        return True
+
+    def batches(self, condition_id: int) -> dict[int, Any]:
+        rows = self._conn.execute(
+            "SELECT batch, state FROM batches WHERE condition_id = ? ORDER BY batch", (condition_id,)
+        ).fetchall()
+        return {int(r[0]): json.loads(r[1]) for r in rows}
+
+    def finish_condition(self, condition_id: int, results: dict[str, Any], n: int | None = None) -> bool:
+        """Write a condition's metric values and mark it done, in one transaction.
+
+        ``results`` maps metric -> (value, n) or (value, n, extra). Returns False when another
+        writer had already finished it (nothing written).
+        """
+        with self._write() as conn:
+            row = conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
+            if row is None:
+                raise StoreError(f"{self.path}: no condition {condition_id}")
+            if row[0] == "done":
+                return False
+            counts = []
+            for metric, value in results.items():
+                value, count, extra = (tuple(value) + (None,))[:3]
+                counts.append(int(count))
+                conn.execute(
+                    "INSERT INTO results (condition_id, metric, value, n, extra) VALUES (?, ?, ?, ?, ?)",
+                    (condition_id, metric, None if value is None else float(value), int(count),
+                     None if extra is None else canonical_json(extra)),
+                )
+            conn.execute(
+                "UPDATE conditions SET status = 'done', n = ?, finished = ? WHERE condition_id = ?",
+                (n if n is not None else (max(counts) if counts else 0), time.time(), condition_id),
+            )
+        return True
+
+    # -- reading ------------------------------------------------------------------------------
+    def rows(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Result rows ``(run_id, model, dataset, shift, params, severity, metric, value, n)``."""
+        query = (
+            "SELECT c.run_id, c.model, c.dataset, c.shift, c.params, c.severity, r.metric, r.value, r.n, r.extra"
+            " FROM results r JOIN conditions c ON r.condition_id = c.condition_id"
+        )
+        args: tuple = ()
+        if run_id is not None:
+            query += " WHERE c.run_id = ?"
+            args = (run_id,)
+        query += " ORDER BY c.condition_id, r.metric"
+        out = []
+        for r in self._conn.execute(query, args).fetchall():
+            d = dict(r)
+            d["params"] = json.loads(d["params"])
+            extra = d.pop("extra")
+            if extra is not None:
+                d["extra"] = json.loads(extra)
+            out.append(d)
+        return out
+
+    def predictions(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT c.model, c.shift, c.params, c.severity, p.sample_id, p.prediction FROM predictions p"
+            " JOIN conditions c ON p.condition_id = c.condition_id WHERE c.run_id = ?"
+            " ORDER BY c.condition_id, p.sample_id",
+            (run_id,),
+        ).fetchall()
+        return [
+            {**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])} for r in rows
+        ]
+
+    def put_artifact(self, run_id: str, key: str, data: bytes, meta: Any = None) -> None:
+        """Store a small binary artifact of a run (e.g. a sample thumbnail for the report's grids)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO artifacts (run_id, key, data, meta) VALUES (?, ?, ?, ?)",
+                (run_id, key, sqlite3.Binary(data), None if meta is None else canonical_json(meta)),
+            )
+
+    def artifacts(self, run_id: str, prefix: str = "") -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT key, data, meta FROM artifacts WHERE run_id = ? AND key >= ? AND key < ? ORDER BY key",
+            (run_id, prefix, prefix + "\uffff"),
+        ).fetchall()
+        return [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
+                for r in rows]
+
+    def integrity_check(self) -> str:
+        return self._conn.execute("PRAGMA integrity_check").fetchone()[0]

@@ -1,0 +1,253 @@
+"""Build the report of one run from the store alone: report.html (self-contained), tables.{md,csv,tex}, PNG plots.
+
+Every string that comes from data (class names, captions, shift parameters, file names) reaches the
+HTML through Jinja2's autoescaping, so markup in a caption shows as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engine.store import Store
+from ..errors import ShiftbenchError
+from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
+
+GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
+
+
+def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None) -> Path:
+    """Write the report files of ``run_id`` (default: the latest run) into ``out``; returns report.html."""
+    out = Path(out)
+    db = Store(store, create=False)
+    try:
+        run = db.run(run_id)
+        rows = db.rows(run["run_id"])
+        if not rows:
+            raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
+        predictions = db.predictions(run["run_id"])
+        thumbs = db.artifacts(run["run_id"], "thumb/")
+    finally:
+        db.close()
+    out.mkdir(parents=True, exist_ok=True)
+    preferred = list(run["spec"].get("metrics") or [])
+    tables = build_tables(rows, preferred)
+    detail = build_tables(rows, preferred, per_severity=True)
+    _write_tables(out, tables, detail)
+    figures = _figures(rows, tables, out)
+    grids = _grids(thumbs, predictions)
+    html = _render(run, tables, figures, grids, rows)
+    path = out / "report.html"
+    tmp = path.with_name("report.html.part")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# -- tables ---------------------------------------------------------------------------------------
+def _write_tables(out: Path, tables: list[Table], detail: list[Table]) -> None:
+    md = ["# Results", "", "Each cell: the metric under the condition, and in brackets its change against clean.", ""]
+    md += [to_markdown(t) for t in tables]
+    md += ["", "## Per severity", ""] + [to_markdown(t) for t in detail]
+    (out / "tables.md").write_text("\n".join(md), encoding="utf-8")
+    with open(out / "tables.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["metric", "condition", "model", "value", "change_vs_clean", "n"])
+        for t in detail:
+            writer.writerows(to_csv_rows(t))
+    (out / "tables.tex").write_text("\n".join(to_latex(t) for t in tables), encoding="utf-8")
+
+
+# -- figures --------------------------------------------------------------------------------------
+def _shift_groups() -> dict[str, str]:
+    from ..registry import SHIFTS
+
+    return {e.name: str(e.meta.get("group", "other")) for e in SHIFTS.entries()}
+
+
+def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list[dict[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = []
+    if not tables:
+        return figures
+    main = tables[0]
+    groups = _shift_groups()
+    metric = main.metric
+    scale = 100.0 if main.percent else 1.0
+    mrows = [r for r in rows if r["metric"] == metric and r["value"] is not None]
+    models = main.models
+
+    # severity curves: metric vs severity per shift, grouped by family, mean over models
+    graded = {}
+    for r in mrows:
+        if r["shift"] == CLEAN or r["severity"] < 1:
+            continue
+        graded.setdefault((r["shift"], params_key(r["params"])), {}).setdefault(r["severity"], []).append(r["value"])
+    graded = {k: v for k, v in graded.items() if len(v) > 1}
+    clean_mean = np.mean([r["value"] for r in mrows if r["shift"] == CLEAN]) if any(
+        r["shift"] == CLEAN for r in mrows) else None
+    if graded:
+        fams = sorted({groups.get(s, "other") for s, _ in graded}, key=lambda g: (GROUP_ORDER + (g,)).index(g))
+        fig, axes = plt.subplots(1, len(fams), figsize=(3.6 * len(fams), 3.2), squeeze=False, sharey=True)
+        for ax, fam in zip(axes[0], fams):
+            for (shift, pk), by_sev in sorted(graded.items()):
+                if groups.get(shift, "other") != fam:
+                    continue
+                sev = sorted(by_sev)
+                xs = ([0] if clean_mean is not None else []) + sev
+                ys = ([clean_mean] if clean_mean is not None else []) + [float(np.mean(by_sev[s])) for s in sev]
+                label = condition_label(shift, json.loads(pk))
+                if label.startswith("_"):  # matplotlib hides legend labels that start with "_"
+                    label = "\u200b" + label
+                ax.plot(xs, np.asarray(ys) * scale, marker="o", ms=3, lw=1.4, label=label)
+            ax.set_title(fam)
+            ax.set_xlabel("severity (0 = clean)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, loc="lower left")
+        axes[0][0].set_ylabel(f"{metric}{' (%)' if main.percent else ''}, mean over models")
+        fig.tight_layout()
+        figures.append(_save(fig, out, "severity_curves.png", "Severity curves",
+                             f"{metric} against severity for each shift (mean over models; severity 0 is clean)."))
+        plt.close(fig)
+
+    # heat map of drops: models x shifts (mean over severities)
+    shifted = [r for r in main.rows if r != CLEAN]
+    if shifted and models:
+        data = np.full((len(models), len(shifted)), np.nan)
+        for i, m in enumerate(models):
+            for j, row in enumerate(shifted):
+                cell = main.cells.get((row, m))
+                if cell is not None and cell.delta is not None:
+                    data[i, j] = cell.delta * scale
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * len(shifted) + 2.5), 0.45 * len(models) + 2.6))
+        lim = np.nanmax(np.abs(data)) if np.isfinite(data).any() else 1.0
+        cmap = "RdYlGn" if main.higher_is_better else "RdYlGn_r"
+        im = ax.imshow(data, cmap=cmap, vmin=-lim, vmax=lim, aspect="auto")
+        ax.set_xticks(range(len(shifted)), shifted, rotation=60, ha="right", fontsize=7)
+        ax.set_yticks(range(len(models)), models, fontsize=8)
+        for i in range(len(models)):
+            for j in range(len(shifted)):
+                if np.isfinite(data[i, j]):
+                    ax.text(j, i, f"{data[i, j]:.0f}" if main.percent else f"{data[i, j]:.2f}", ha="center",
+                            va="center", fontsize=6)
+        fig.colorbar(im, ax=ax, label=f"change in {metric}{' (points)' if main.percent else ''}")
+        figures.append(_save(fig, out, "drop_heatmap.png", "Change against clean",
+                             f"Change of {metric} against clean, per model and shift (mean over severities)."))
+        plt.close(fig)
+
+    # reliability diagrams from the ECE rows
+    ece_rows = [r for r in rows if r["metric"] == "ece" and (r.get("extra") or {}).get("accuracy")]
+    if ece_rows:
+        clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
+        worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"] or 0, default=None)
+        picks = [(r, "clean") for r in clean_rows[:3]]
+        if worst is not None:
+            picks.append((worst, f"worst: {condition_label(worst['shift'], worst['params'])} s{worst['severity']}"))
+        fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
+        for ax, (r, title) in zip(axes[0], picks):
+            ex = r["extra"]
+            acc = np.asarray([np.nan if a is None else a for a in ex["accuracy"]], float)
+            counts = np.asarray(ex.get("counts", [1] * len(acc)), float)
+            conf = acc
+            edges = np.linspace(0, 1, len(conf) + 1)
+            centers = (edges[:-1] + edges[1:]) / 2
+            ok = (counts > 0) & np.isfinite(acc)
+            ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
+            ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+            ax.set_title(f"{r['model']}\n{title}\nECE {100 * (r['value'] or 0):.1f}", fontsize=7)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("confidence", fontsize=7)
+        axes[0][0].set_ylabel("accuracy")
+        fig.tight_layout()
+        figures.append(_save(fig, out, "reliability.png", "Reliability diagrams",
+                             "Accuracy per confidence bin on clean data and under the worst-calibrated shift."))
+        plt.close(fig)
+    return figures
+
+
+def _save(fig, out: Path, name: str, title: str, caption: str) -> dict[str, str]:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    data = buf.getvalue()
+    (out / name).write_bytes(data)
+    return {"title": title, "caption": caption, "file": name,
+            "src": "data:image/png;base64," + base64.b64encode(data).decode("ascii")}
+
+
+# -- sample grids ---------------------------------------------------------------------------------
+def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Columns = conditions (clean first, then the highest severity of each shift), rows = samples."""
+    if not thumbs:
+        return []
+    by_condition: dict[tuple[str, str, int], dict[str, dict]] = {}
+    for t in thumbs:
+        _, shift, pk, severity, sid = t["key"].split("/", 4)
+        by_condition.setdefault((shift, pk, int(severity)), {})[sid] = t
+    preds: dict[tuple[str, str, int, str], list[dict]] = {}
+    for p in predictions:
+        key = (p["shift"], params_key(p["params"]), int(p["severity"]), str(p["sample_id"]))
+        preds.setdefault(key, []).append(p)
+    best: dict[tuple[str, str], int] = {}
+    for shift, pk, sev in by_condition:
+        best[(shift, pk)] = max(sev, best.get((shift, pk), -1))
+    columns = sorted(((s, pk, sev) for (s, pk), sev in best.items()), key=lambda c: (c[0] != CLEAN, c[0], c[1]))
+    sample_ids = sorted({sid for cond in by_condition.values() for sid in cond})[:4]
+    grids = []
+    per_grid = 8
+    for start in range(0, len(columns), per_grid):
+        cols = columns[start:start + per_grid]
+        grid_rows = []
+        for sid in sample_ids:
+            cells = []
+            for col in cols:
+                t = by_condition.get(col, {}).get(sid)
+                if t is None:
+                    cells.append(None)
+                    continue
+                meta = t.get("meta") or {}
+                items = []
+                for p in sorted(preds.get((*col, sid), []), key=lambda p: p["model"]):
+                    pred = p["prediction"]
+                    if "pred_name" in pred:
+                        items.append({"model": p["model"], "text": f"{pred['pred_name']} {100 * pred['confidence']:.0f}%",
+                                      "wrong": not pred.get("correct", True)})
+                    elif "iou" in pred:
+                        items.append({"model": p["model"], "text": f"IoU {pred['iou']:.2f}", "wrong": pred["iou"] < 0.5})
+                cells.append({"src": "data:image/png;base64," + base64.b64encode(t["data"]).decode("ascii"),
+                              "truth": meta.get("class_name") or "", "preds": items})
+            grid_rows.append({"sample": sid, "cells": cells})
+        grids.append({"columns": [condition_label(s, json.loads(pk)) + ("" if s == CLEAN else f" s{sev}")
+                                  for s, pk, sev in cols], "rows": grid_rows})
+    return grids
+
+
+# -- HTML -----------------------------------------------------------------------------------------
+def _render(run: dict[str, Any], tables: list[Table], figures: list[dict], grids: list[dict],
+            rows: list[dict[str, Any]]) -> str:
+    import jinja2
+    import yaml
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("shiftbench.report", "templates"),
+                             autoescape=jinja2.select_autoescape(default=True, default_for_string=True))
+    started = datetime.fromtimestamp(run["started"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = (datetime.fromtimestamp(run["finished"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                if run.get("finished") else "not finished")
+    template = env.get_template("report.html.j2")
+    return template.render(
+        run=run, started=started, finished=finished, tables=tables, figures=figures, grids=grids,
+        spec_yaml=yaml.safe_dump(run["spec"], sort_keys=False), versions=run["versions"],
+        n_rows=len(rows), datasets=sorted({r["dataset"] for r in rows}),
+    )

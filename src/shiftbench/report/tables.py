@@ -1,0 +1,178 @@
+"""Headline tables from result rows: conditions x models, each cell the value and its change against clean.
+
+Pure functions over the rows of a store (no I/O), shared by the HTML, Markdown, CSV and LaTeX outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+CLEAN = "clean"
+
+
+def condition_label(shift: str, params: dict[str, Any]) -> str:
+    """'background_color (color=red)' — the shift and its variant parameters."""
+    if not params:
+        return shift
+    inner = ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return f"{shift} ({inner})"
+
+
+@dataclass
+class Cell:
+    value: float | None
+    delta: float | None = None  # value - clean, same units as value
+    n: int = 0
+
+
+@dataclass
+class Table:
+    """One metric: rows are conditions (clean first), columns are models, plus the mean over models."""
+
+    metric: str
+    higher_is_better: bool
+    percent: bool  # values are fractions, shown x100
+    models: list[str]
+    rows: list[str] = field(default_factory=list)
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    row_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def scale(self, v: float | None) -> float | None:
+        return None if v is None else (100.0 * v if self.percent else v)
+
+    def fmt(self, v: float | None, signed: bool = False) -> str:
+        v = self.scale(v)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        digits = 1 if self.percent else 3
+        return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+    def text(self, row: str, model: str) -> str:
+        cell = self.cells.get((row, model))
+        if cell is None:
+            return "–"
+        if cell.delta is None or row == CLEAN:
+            return self.fmt(cell.value)
+        return f"{self.fmt(cell.value)} ({self.fmt(cell.delta, signed=True)})"
+
+    def columns(self) -> list[str]:
+        return self.models + ["mean"]
+
+
+def metric_order(rows: Iterable[dict[str, Any]], preferred: list[str]) -> list[str]:
+    seen: list[str] = []
+    for r in rows:
+        if r["metric"] not in seen:
+            seen.append(r["metric"])
+    order = [m for m in preferred if m in seen]
+    return order + [m for m in seen if m not in order]
+
+
+def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
+                 per_severity: bool = False) -> list[Table]:
+    """One Table per metric. Rows average each (shift, params) over its severities unless ``per_severity``."""
+    tables = []
+    models = []
+    for r in rows:
+        if r["model"] not in models:
+            models.append(r["model"])
+    for metric in metric_order(rows, preferred or []):
+        mrows = [r for r in rows if r["metric"] == metric]
+        values = [r["value"] for r in mrows if r["value"] is not None]
+        extra = next((r.get("extra") or {} for r in mrows if r.get("extra")), {})
+        table = Table(metric=metric, higher_is_better=bool(extra.get("higher_is_better", True)),
+                      percent=bool(values) and all(0.0 <= v <= 1.0 for v in values), models=list(models))
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for r in mrows:
+            label = condition_label(r["shift"], r["params"])
+            if per_severity and r["shift"] != CLEAN:
+                label = f"{label} s{r['severity']}"
+            groups.setdefault((label, r["model"]), []).append(r)
+            if label not in table.rows:
+                table.rows.append(label)
+                table.row_meta[label] = {"shift": r["shift"], "params": r["params"],
+                                         "severities": sorted({x["severity"] for x in mrows
+                                                               if x["shift"] == r["shift"] and x["params"] == r["params"]})}
+        table.rows.sort(key=lambda lab: lab != CLEAN)
+        for (label, model), group in groups.items():
+            vals = [g["value"] for g in group if g["value"] is not None]
+            value = sum(vals) / len(vals) if vals else None
+            table.cells[(label, model)] = Cell(value, None, sum(g["n"] for g in group))
+        for label in table.rows:
+            for model in models:
+                cell = table.cells.get((label, model))
+                clean = table.cells.get((CLEAN, model))
+                if cell and clean and cell.value is not None and clean.value is not None:
+                    cell.delta = cell.value - clean.value
+            present = [table.cells[(label, m)] for m in models if (label, m) in table.cells
+                       and table.cells[(label, m)].value is not None]
+            if present:
+                mean = sum(c.value for c in present) / len(present)
+                deltas = [c.delta for c in present if c.delta is not None]
+                table.cells[(label, "mean")] = Cell(mean, sum(deltas) / len(deltas) if deltas else None,
+                                                    sum(c.n for c in present))
+        tables.append(table)
+    return tables
+
+
+def to_markdown(table: Table) -> str:
+    arrow = "↑" if table.higher_is_better else "↓"
+    unit = " (%)" if table.percent else ""
+    head = f"| condition | " + " | ".join(table.columns()) + " |"
+    lines = [f"### {table.metric}{unit} {arrow}", "", head, "|" + "---|" * (len(table.columns()) + 1)]
+    for row in table.rows:
+        lines.append(f"| {_md_escape(row)} | " + " | ".join(table.text(row, m) for m in table.columns()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def to_csv_rows(table: Table) -> list[list[str]]:
+    out = []
+    for row in table.rows:
+        for model in table.columns():
+            cell = table.cells.get((row, model))
+            if cell is None:
+                continue
+            out.append([table.metric, row, model, _num(cell.value), _num(cell.delta), str(cell.n)])
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None else repr(float(v))
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def tex_escape(text: str) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: Table) -> str:
+    arrow = r"$\uparrow$" if table.higher_is_better else r"$\downarrow$"
+    cols = table.columns()
+    lines = [
+        r"\begin{table}[t]", r"\centering", r"\small",
+        r"\begin{tabular}{l" + "r" * len(cols) + "}", r"\toprule",
+        "Condition & " + " & ".join(tex_escape(c) for c in cols) + r" \\", r"\midrule",
+    ]
+    for row in table.rows:
+        lines.append(tex_escape(row) + " & " + " & ".join(tex_escape(table.text(row, m)) for m in cols) + r" \\")
+        if row == CLEAN:
+            lines.append(r"\midrule")
+    unit = " (\\%)" if table.percent else ""
+    lines += [r"\bottomrule", r"\end{tabular}",
+              rf"\caption{{{tex_escape(table.metric)}{unit} {arrow}; in brackets the change against clean.}}",
+              r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def params_key(params: dict[str, Any]) -> str:
+    return json.dumps(params or {}, sort_keys=True, separators=(",", ":"))

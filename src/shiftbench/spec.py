@@ -1,0 +1,329 @@
+"""Benchmark specs: YAML (safe-loaded) or dicts, validated with errors that point at the bad key.
+
+>>> spec = load_spec({"dataset": "objects", "models": ["m"], "shifts": ["clean"], "metrics": ["top1"]},
+...                  check_names=False)
+>>> [(c.shift, c.severity) for c in spec.conditions()]
+[('clean', 0)]
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ShiftbenchError, SpecError, UnknownNameError
+
+__all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "load_spec"]
+
+TOP_KEYS = {
+    "name": "a short name for the run",
+    "description": "free text",
+    "dataset": "registered dataset name or path",
+    "dataset_params": "keyword arguments of the dataset",
+    "models": "list of model names or {name, params}",
+    "shifts": "list of shift names or {name, severities, params}",
+    "metrics": "list of metric names",
+    "seed": "integer seed (default 0)",
+    "limit": "use only the first N samples",
+    "batch_size": "images per model call (default 32)",
+    "log_samples": "store per-sample predictions (default false)",
+    "ids": "path of a file with one sample id per line (e.g. from shiftbench curate)",
+}
+SHIFT_KEYS = {"name", "severities", "severity", "params"}
+MODEL_KEYS = {"name", "params"}
+
+
+@dataclass(frozen=True)
+class ShiftSpec:
+    name: str
+    severities: tuple[int, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    label: str = ""  # the column name in results: the name, plus the params when the name repeats
+
+
+@dataclass(frozen=True)
+class PlannedCondition:
+    model: str
+    shift: str
+    params: dict[str, Any]
+    severity: int
+
+
+@dataclass
+class Spec:
+    """A validated benchmark spec. ``raw`` is the normalised dict that identifies the run."""
+
+    dataset: str
+    models: list[ModelSpec]
+    shifts: list[ShiftSpec]
+    metrics: list[str]
+    seed: int = 0
+    limit: int | None = None
+    batch_size: int = 32
+    log_samples: bool = False
+    name: str | None = None
+    description: str | None = None
+    dataset_params: dict[str, Any] = field(default_factory=dict)
+    ids: str | None = None
+    source: str | None = None
+
+    def conditions(self) -> list[PlannedCondition]:
+        """Every (model, shift, params, severity); the clean baseline first for each model."""
+        planned = []
+        for shift in self.shifts:
+            if not shift.severities:
+                raise SpecError(f"shift {shift.name!r} has no severities (validate the spec with check_names)")
+        for model in self.models:
+            for shift in self.shifts:
+                for severity in shift.severities:
+                    planned.append(PlannedCondition(model.label or model.name, shift.name, dict(shift.params), severity))
+        return planned
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dataset": self.dataset,
+            "dataset_params": self.dataset_params,
+            "models": [{"name": m.name, "params": m.params} for m in self.models],
+            "shifts": [{"name": s.name, "severities": list(s.severities), "params": s.params} for s in self.shifts],
+            "metrics": list(self.metrics),
+            "seed": self.seed,
+            "limit": self.limit,
+            "ids": self.ids,
+        }
+
+
+def _where(source: str | None, key: str) -> str:
+    return f"{source + ': ' if source else ''}{key}"
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _parse_severities(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+        if m and int(m.group(1)) <= int(m.group(2)):
+            return tuple(range(int(m.group(1)), int(m.group(2)) + 1))
+        if value.strip().isdigit():
+            return (int(value),)
+        raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        if len(set(value)) != len(value):
+            raise SpecError(f"{where}: repeated severities {value}")
+        return tuple(value)
+    raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
+
+
+def load_spec(spec: Any, check_names: bool = True) -> Spec:
+    """Read and validate a spec from a YAML path, a YAML string path-like, a dict, or a Spec.
+
+    ``check_names`` looks up shift, model, metric and dataset names in the registries.
+    """
+    if isinstance(spec, Spec):
+        return spec
+    source = None
+    if isinstance(spec, (str, os.PathLike)):
+        source = str(spec)
+        spec = _read_yaml(Path(spec))
+    if not isinstance(spec, dict):
+        raise SpecError(f"{source or 'spec'}: the spec must be a mapping of keys to values, got {type(spec).__name__}")
+    for key in spec:
+        if key not in TOP_KEYS:
+            raise SpecError(f"{_where(source, str(key))}: unknown key{_suggest(str(key), list(TOP_KEYS))}; "
+                            f"known keys: {', '.join(TOP_KEYS)}")
+    for key in ("dataset", "models", "shifts", "metrics"):
+        if key not in spec or spec[key] in (None, [], ""):
+            raise SpecError(f"{_where(source, key)}: missing (required: dataset, models, shifts, metrics)")
+
+    dataset = spec["dataset"]
+    if not isinstance(dataset, str):
+        raise SpecError(f"{_where(source, 'dataset')}: expected a name or path, got {dataset!r}")
+    dataset_params = spec.get("dataset_params") or {}
+    if not isinstance(dataset_params, dict):
+        raise SpecError(f"{_where(source, 'dataset_params')}: expected a mapping, got {dataset_params!r}")
+
+    models = [_parse_model(m, _where(source, f"models[{i}]")) for i, m in enumerate(_as_list(spec, "models", source))]
+    models = _label_models(models, source)
+    shifts = [_parse_shift(s, _where(source, f"shifts[{i}]")) for i, s in enumerate(_as_list(spec, "shifts", source))]
+    if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
+        shifts.insert(0, ShiftSpec("clean", (0,), {}))
+    else:
+        shifts.sort(key=lambda s: s.name != "clean")
+    metrics = _as_list(spec, "metrics", source)
+    for i, m in enumerate(metrics):
+        if not isinstance(m, str):
+            raise SpecError(f"{_where(source, f'metrics[{i}]')}: expected a metric name, got {m!r}")
+
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SpecError(f"{_where(source, 'seed')}: expected a non-negative integer, got {seed!r}")
+    limit = spec.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SpecError(f"{_where(source, 'limit')}: expected a positive integer, got {limit!r}")
+    batch_size = spec.get("batch_size", 32)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise SpecError(f"{_where(source, 'batch_size')}: expected a positive integer, got {batch_size!r}")
+    log_samples = spec.get("log_samples", False)
+    if not isinstance(log_samples, bool):
+        raise SpecError(f"{_where(source, 'log_samples')}: expected true or false, got {log_samples!r}")
+    ids = spec.get("ids")
+    if ids is not None and not isinstance(ids, str):
+        raise SpecError(f"{_where(source, 'ids')}: expected a file path, got {ids!r}")
+    if ids is not None and source and not Path(ids).is_absolute():
+        ids = str(Path(source).parent / ids)
+
+    result = Spec(
+        dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
+        batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
+        description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
+    )
+    if check_names:
+        _check_names(result, source)
+    return result
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    if not path.exists():
+        raise SpecError(f"{path}: spec file not found")
+    if path.is_dir():
+        raise SpecError(f"{path}: is a directory, not a spec file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (UTF-8 expected)") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}: malformed YAML{at}: {problem}") from None
+
+
+def _as_list(spec: dict, key: str, source: str | None) -> list:
+    value = spec[key]
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, list):
+        raise SpecError(f"{_where(source, key)}: expected a list, got {value!r}")
+    return value
+
+
+def _parse_model(value: Any, where: str) -> ModelSpec:
+    if isinstance(value, str):
+        return ModelSpec(value, {})
+    if isinstance(value, dict):
+        for key in value:
+            if key not in MODEL_KEYS:
+                raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), sorted(MODEL_KEYS))}")
+        name, params = value.get("name"), value.get("params") or {}
+        if not isinstance(name, str):
+            raise SpecError(f"{where}.name: expected a model name, got {name!r}")
+        if not isinstance(params, dict):
+            raise SpecError(f"{where}.params: expected a mapping, got {params!r}")
+        return ModelSpec(name, dict(params))
+    raise SpecError(f"{where}: expected a model name or {{name, params}}, got {value!r}")
+
+
+def _label_models(models: list[ModelSpec], source: str | None) -> list[ModelSpec]:
+    import json
+
+    seen = set()
+    for i, m in enumerate(models):
+        key = (m.name, json.dumps(m.params, sort_keys=True, default=str))
+        if key in seen:
+            raise SpecError(f"{_where(source, f'models[{i}]')}: {m.name!r} with these params is listed twice")
+        seen.add(key)
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[m.name] = counts.get(m.name, 0) + 1
+    out = []
+    for m in models:
+        label = m.name
+        if counts[m.name] > 1 and m.params:
+            label += "(" + ", ".join(f"{k}={v}" for k, v in sorted(m.params.items())) + ")"
+        out.append(ModelSpec(m.name, m.params, label))
+    return out
+
+
+def _parse_shift(value: Any, where: str) -> ShiftSpec:
+    if isinstance(value, str):
+        return ShiftSpec(value, (0,) if value == "clean" else ())
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a shift name or {{name, severities, params}}, got {value!r}")
+    for key in value:
+        if key not in SHIFT_KEYS:
+            raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), sorted(SHIFT_KEYS))}")
+    if "severity" in value and "severities" in value:
+        raise SpecError(f"{where}: give either severity or severities, not both")
+    name = value.get("name")
+    if not isinstance(name, str):
+        raise SpecError(f"{where}.name: expected a shift name, got {name!r}")
+    params = value.get("params") or {}
+    if not isinstance(params, dict):
+        raise SpecError(f"{where}.params: expected a mapping, got {params!r}")
+    key = "severities" if "severities" in value else "severity"
+    severities = _parse_severities(value[key], f"{where}.{key}") if key in value else ()
+    return ShiftSpec(name, severities, dict(params))
+
+
+def _check_names(spec: Spec, source: str | None) -> None:
+    from .registry import DATASETS, METRICS, MODELS, SHIFTS
+
+    resolved = []
+    for i, s in enumerate(spec.shifts):
+        where = _where(source, f"shifts[{i}]") if s.name != "clean" or i else _where(source, "shifts")
+        try:
+            shift = SHIFTS.create(s.name, **s.params)
+        except UnknownNameError as exc:
+            raise SpecError(f"{where}.name: {exc}") from None
+        except ShiftbenchError as exc:
+            raise SpecError(f"{where}.params: {exc}") from None
+        lo, hi = shift.severities
+        severities = s.severities
+        if not severities:  # a bare name: all severities of a graded shift, the only one otherwise
+            severities = tuple(range(lo, hi + 1))
+        bad = [v for v in severities if not lo <= v <= hi]
+        if bad:
+            raise SpecError(f"{where}.severities: {bad} outside {lo}..{hi} for shift {s.name!r}")
+        resolved.append(ShiftSpec(s.name, severities, s.params))
+    spec.shifts = resolved
+    for i, m in enumerate(spec.models):
+        if m.name not in MODELS:
+            try:
+                MODELS.entry(m.name)
+            except UnknownNameError as exc:
+                raise SpecError(f"{_where(source, f'models[{i}]')}: {exc}") from None
+    for i, name in enumerate(spec.metrics):
+        if name not in METRICS:
+            try:
+                METRICS.entry(name)
+            except UnknownNameError as exc:
+                raise SpecError(f"{_where(source, f'metrics[{i}]')}: {exc}") from None
+    if spec.dataset not in DATASETS and not Path(spec.dataset).expanduser().exists():
+        names = [e.name for e in DATASETS.entries() if not e.meta.get("reader")]
+        raise SpecError(
+            f"{_where(source, 'dataset')}: {spec.dataset!r} is neither a registered dataset nor an existing path"
+            + _suggest(spec.dataset, names)
+            + (f"; registered: {', '.join(names)}" if names else "")
+        )

@@ -1,0 +1,39 @@
+"""Shared fixtures: small deterministic images and samples built in the test itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shiftbench.sample import Sample
+
+
+def make_image(h: int = 48, w: int = 64, seed: int = 0) -> np.ndarray:
+    """A structured test image: smooth gradients, a disc and some texture (not flat, not pure noise)."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([x / max(w - 1, 1), y / max(h - 1, 1), 0.5 + 0.5 * np.sin((x + y) / 5.0)], axis=-1)
+    disc = (x - w * 0.55) ** 2 + (y - h * 0.5) ** 2 < (min(h, w) * 0.3) ** 2
+    img[disc] = [0.9, 0.3, 0.2]
+    img += rng.normal(0, 0.03, img.shape).astype(np.float32)
+    return (np.clip(img, 0, 1) * 255).round().astype(np.uint8)
+
+
+def make_sample(h: int = 48, w: int = 64, seed: int = 0, sid: str = "s0") -> Sample:
+    img = make_image(h, w, seed)
+    y, x = np.mgrid[0:h, 0:w]
+    mask = (x - w * 0.55) ** 2 + (y - h * 0.5) ** 2 < (min(h, w) * 0.3) ** 2
+    ys, xs = np.nonzero(mask)
+    box = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+    return Sample(image=img, label=281, class_name="tabby cat", mask=mask, boxes=[box], box_labels=[281],
+                  caption="a red disc on a gradient background", id=sid, meta={"scene": "test"})
+
+
+@pytest.fixture
+def image() -> np.ndarray:
+    return make_image()
+
+
+@pytest.fixture
+def sample() -> Sample:
+    return make_sample()

@@ -1,0 +1,182 @@
+"""The evaluation runner: rows, clean baseline, independent recomputation, resume after kill, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import shiftbench as sb
+import tiny_registry  # noqa: F401
+from shiftbench.engine.store import Store
+from shiftbench.errors import ShiftbenchError, SpecError
+from tiny_registry import TinyDataset
+
+HERE = Path(__file__).parent
+SPEC = {
+    "dataset": "_test_tiny",
+    "models": [{"name": "dummy_classifier", "params": {"label_space": 2}},
+               {"name": "dummy_classifier", "params": {"label_space": 2, "seed": 1}}],
+    "shifts": ["clean", {"name": "_test_noise", "severities": [1, 3, 5]}],
+    "metrics": ["top1", "ece"],
+    "seed": 0,
+    "batch_size": 6,
+}
+
+
+def spec(**changes):
+    out = json.loads(json.dumps(SPEC))
+    out.update(changes)
+    return out
+
+
+def key(rows):
+    return sorted((r["model"], r["shift"], r["severity"], r["metric"], round(r["value"], 12), r["n"]) for r in rows)
+
+
+def test_rows_and_independent_clean_top1(tmp_path):
+    one = spec(models=[{"name": "dummy_classifier", "params": {"label_space": 2}}])
+    rows = sb.evaluate(one, store=tmp_path / "r.db")
+    assert {(r["shift"], r["severity"]) for r in rows} == {("clean", 0), ("_test_noise", 1), ("_test_noise", 3),
+                                                           ("_test_noise", 5)}
+    assert set(rows[0]) >= {"run_id", "model", "dataset", "shift", "params", "severity", "metric", "value", "n"}
+    assert all(r["n"] == 20 for r in rows)
+    # independent computation: the model called directly on the same images
+    model = sb.create_model("dummy_classifier", label_space=2)
+    data = TinyDataset()
+    logits = model.predict_logits([data.load(i).image for i in range(len(data))])
+    labels = np.array([data.load(i).label for i in range(len(data))])
+    expected = float((logits.argmax(1) == labels).mean())
+    clean = [r for r in rows if r["shift"] == "clean" and r["metric"] == "top1"][0]
+    assert clean["value"] == pytest.approx(expected, abs=1e-12)
+    # a shifted condition sees exactly what the shift gives for each sample id and seed
+    shift = sb.create_shift("_test_noise")
+    shifted = [shift(data.load(i), severity=5, seed=0).image for i in range(len(data))]
+    expected5 = float((model.predict_logits(shifted).argmax(1) == labels).mean())
+    sev5 = [r for r in rows if r["severity"] == 5 and r["metric"] == "top1"][0]
+    assert sev5["value"] == pytest.approx(expected5, abs=1e-12)
+    ece = [r for r in rows if r["metric"] == "ece" and r["shift"] == "clean"][0]
+    assert ece["extra"]["higher_is_better"] is False and len(ece["extra"]["counts"]) == 15
+
+
+def test_same_model_with_other_params_is_another_column(tmp_path):
+    rows = sb.evaluate(spec(), store=tmp_path / "r.db")
+    assert {r["model"] for r in rows} == {"dummy_classifier(label_space=2)", "dummy_classifier(label_space=2, seed=1)"}
+    assert len(rows) == 2 * 4 * 2
+    with pytest.raises(SpecError, match="listed twice"):
+        sb.evaluate(spec(models=["dummy_classifier", "dummy_classifier"]), store=tmp_path / "x.db")
+
+
+def test_rerun_is_resumed_not_duplicated(tmp_path):
+    db = tmp_path / "r.db"
+    first = sb.evaluate(spec(), store=db)
+    second = sb.evaluate(spec(), store=db)
+    assert key(first) == key(second)
+    store = Store(db)
+    assert len(store.runs()) == 1 and len(store.rows()) == len(first)
+
+
+def test_kill_mid_run_then_resume_matches_uninterrupted(tmp_path):
+    reference = sb.evaluate(spec(), store=tmp_path / "ref.db")
+    db = tmp_path / "k.db"
+    code = (
+        "import sys, time; sys.path[:0] = [%r, %r]\n"
+        "import tiny_registry, json, shiftbench as sb\n"
+        "spec = json.loads(%r)\n"
+        "sb.evaluate(spec, store=%r, on_batch=lambda m, b: time.sleep(0.15))\n"
+    ) % (str(HERE), str(HERE.parent / "src"), json.dumps(spec()), str(db))
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    import sqlite3
+
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(db, timeout=1) as conn:
+                done = conn.execute("SELECT COUNT(*) FROM conditions WHERE status = 'done'").fetchone()[0]
+                batches = conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+        except sqlite3.Error:
+            continue
+        if done >= 2 and batches % 4 != 0:  # mid-condition
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    store = Store(db)
+    partial = len(store.rows())
+    assert 0 < partial < len(reference)
+    store.close()
+    resumed = sb.evaluate(spec(), store=db)
+    assert key(resumed) == key(reference)
+    assert Store(db).integrity_check() == "ok"
+
+
+def test_log_samples_and_thumbnails(tmp_path):
+    rows = sb.evaluate(spec(log_samples=True), store=tmp_path / "r.db")
+    store = Store(tmp_path / "r.db")
+    run_id = rows[0]["run_id"]
+    preds = store.predictions(run_id)
+    assert len(preds) == 2 * 4 * 20  # models x conditions x samples
+    p = preds[0]["prediction"]
+    assert set(p) >= {"label", "pred", "confidence", "correct", "top5"}
+    thumbs = store.artifacts(run_id, "thumb/")
+    assert len(thumbs) == 4 * 4 and thumbs[0]["data"][:4] == b"\x89PNG"
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(SpecError, match="scores classification models"):
+        sb.evaluate(spec(models=["dummy_segmenter"]), store=tmp_path / "a.db")
+
+    class NaNModel:
+        task, kind, name = "classification", "classifier", "nan_model"
+
+        def __init__(self):
+            from shiftbench.models.base import LabelSpace
+
+            self.label_space = LabelSpace.numbered("two", 2)
+
+        def predict_logits(self, images):
+            out = np.zeros((len(images), 2), np.float32)
+            out[0, 0] = np.nan
+            return out
+
+    from shiftbench.registry import MODELS
+
+    if "_test_nan" not in MODELS:
+        MODELS.add("_test_nan", NaNModel)
+    with pytest.raises(ShiftbenchError, match="NaN"):
+        sb.evaluate(spec(models=["_test_nan"]), store=tmp_path / "b.db")
+
+    from shiftbench.registry import DATASETS
+
+    class Tiny10(TinyDataset):
+        num_classes = 10
+        class_names = [f"c{i}" for i in range(10)]
+
+    if "_test_tiny10" not in DATASETS:
+        DATASETS.add("_test_tiny10", Tiny10)
+    with pytest.raises(ShiftbenchError, match="label space"):
+        sb.evaluate(spec(dataset="_test_tiny10", models=["dummy_classifier"]), store=tmp_path / "c.db")
+    assert not (tmp_path / "c.db").exists() or not Store(tmp_path / "c.db").rows()
+
+
+def test_results_json_from_cli(tmp_path):
+    path = tmp_path / "spec.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(spec()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent / "src")]))
+    code = "import sys, tiny_registry; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", code, "evaluate", "--config", str(path), "--store",
+                          str(tmp_path / "r.db"), "--results-json", str(tmp_path / "rows.json"), "--limit", "8"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert rows and all(r["n"] == 8 for r in rows)
+    assert {r["metric"] for r in rows} == {"top1", "ece"}
