@@ -2,6 +2,9 @@
 
     python benchmarks/text.py [--n 20000] [--severity 3] [--json benchmarks/results/text.json]
 
+nlpaug is the reference where it has the same corruption (pip install nlpaug; without it the
+nlpaug column stays empty).
+
 One process, one thread; rates are per CPU-second of this process (per core), with the batch
 rate in wall-clock time beside it (lower when other jobs share the machine). shiftbench is timed four ways: a batch call on a list of strings (no
 sample ids: the texts share one generator stream), a batch with one sample id per sentence (one
