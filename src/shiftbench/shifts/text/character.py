@@ -1,8 +1,10 @@
 """Character-level text corruptions: swap, qwerty, remove_char and remove_space.
 
 Eligible words are tokens of letters only (``str.isalpha``: any script) with at least
-``MIN_LETTERS`` letters; words that touch a digit, an underscore, an apostrophe or a combining mark
-("3rd", "don't", "cafe" + U+0301) are left alone. One edit per chosen word.
+``MIN_LETTERS`` letters; words that touch a digit, an underscore or a combining mark, or that an
+inner apostrophe joins to more letters ("3rd", "x_y", "cafe" + U+0301, "don't") are left alone.
+One edit per chosen word. ASCII batches take the vectorised ``vector_edits``; single texts and
+other scripts take ``units`` and ``edit``; both give the same edits.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from ...registry import SHIFTS
-
 from ._core import MIN_LETTERS, TextCorruption, letter_words
 
 __all__ = ["Swap", "Qwerty", "RemoveChar", "RemoveSpace", "QWERTY_NEIGHBOURS"]
