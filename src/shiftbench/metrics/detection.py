@@ -49,8 +49,9 @@ def box_iou_xywh(dt: np.ndarray, gt: np.ndarray, iscrowd: np.ndarray) -> np.ndar
 
 def mask_iou(dt: np.ndarray, gt: np.ndarray, iscrowd: np.ndarray) -> np.ndarray:
     """(D, G) IoU of bool masks (D, H, W) and (G, H, W); crowd: intersection over the detection's area."""
-    d = np.asarray(dt, bool).reshape(len(dt), -1).astype(np.float64)
-    g = np.asarray(gt, bool).reshape(len(gt), -1).astype(np.float64)
+    pixels = int(np.prod(np.shape(gt)[1:]))
+    d = np.asarray(dt, bool).reshape(len(dt), pixels).astype(np.float64)
+    g = np.asarray(gt, bool).reshape(len(gt), pixels).astype(np.float64)
     inter = d @ g.T  # exact: pixel counts are small integers in float64
     area_d = d.sum(axis=1)[:, None]
     area_g = g.sum(axis=1)[None, :]
@@ -98,11 +99,11 @@ class _Image:
         if area is not None:
             self.gt_area = np.asarray(area, np.float64).reshape(-1)
         elif iou_type == "segm":
-            self.gt_area = self.gt_masks.reshape(g, -1).sum(axis=1).astype(np.float64)
+            self.gt_area = self.gt_masks.reshape(g, int(np.prod(self.gt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
         else:
             self.gt_area = self.gt_boxes[:, 2] * self.gt_boxes[:, 3]
         if iou_type == "segm":
-            self.dt_area = self.dt_masks.reshape(d, -1).sum(axis=1).astype(np.float64)
+            self.dt_area = self.dt_masks.reshape(d, int(np.prod(self.dt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
         else:
             self.dt_area = self.dt_boxes[:, 2] * self.dt_boxes[:, 3]
         self.iou_type = iou_type
