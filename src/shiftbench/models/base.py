@@ -407,12 +407,13 @@ class ZeroShotClassifier(Classifier):
         """(C, D) normalised class embeddings (prompt-ensembled), built once per set_classes."""
         if self._class_features is None:
             assert self.label_space is not None
-            features = []
-            for class_name in self.label_space.class_names:
-                text = self.encode_texts([t.format(class_name) for t in self.templates]).astype(np.float64)
-                mean = text.mean(axis=0)
-                features.append(mean / max(np.linalg.norm(mean), 1e-12))
-            self._class_features = np.stack(features).astype(np.float32)
+            prompts = [t.format(c) for c in self.label_space.class_names for t in self.templates]
+            # encode in chunks (one call per class would be 1,000 tiny batches for ImageNet)
+            chunk = max(len(self.templates), 256)
+            text = np.concatenate([self.encode_texts(prompts[i:i + chunk]) for i in range(0, len(prompts), chunk)])
+            mean = text.astype(np.float64).reshape(self.label_space.num_classes, len(self.templates), -1).mean(axis=1)
+            mean /= np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+            self._class_features = mean.astype(np.float32)
         return self._class_features
 
     def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
