@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import shiftbench as sb
-from shiftbench.models import Detections, check_outputs
+from shiftbench.errors import ShiftbenchError
+from shiftbench.models import Detections, check_outputs, predict_batch
 
 
 def _images():
@@ -46,3 +48,24 @@ def test_dummy_segmenter_detector_captioner():
     red[..., 1:] = 40
     assert sb.create_model("dummy_captioner").predict([red]) == ["a photo of a red dim scene"]
     assert captions == sb.create_model("dummy_captioner").predict(images)
+
+
+def test_predict_batch_gives_each_task_what_its_metrics_take():
+    images = _images()
+    assert predict_batch(sb.create_model("dummy_classifier", label_space=4), images).shape == (2, 4)
+    probs = predict_batch(sb.create_model("dummy_segmenter"), images)
+    assert probs[0].dtype == np.float32 and probs[0].shape == (40, 60)
+    labels = predict_batch(sb.create_model("dummy_segmenter", num_classes=3), images)
+    assert labels[0].dtype == np.int64 and labels[0].max() < 3
+    assert isinstance(predict_batch(sb.create_model("dummy_detector"), images)[0], Detections)
+    assert all(isinstance(c, str) for c in predict_batch(sb.create_model("dummy_captioner"), images))
+
+    class Broken:
+        name, task = "broken", "classification"
+        label_space = None
+
+        def predict_logits(self, images):
+            return np.full((len(images), 3), np.nan, np.float32)
+
+    with pytest.raises(ShiftbenchError, match="NaN"):
+        predict_batch(Broken(), images)

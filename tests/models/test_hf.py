@@ -208,3 +208,12 @@ def test_task_override_and_errors(folders, tmp_path):
     with pytest.raises(ShiftbenchError, match="cannot load"):
         sb.create_model(f"hf:{tmp_path / 'missing'}")
     assert sb.create_model(f"hf:{folders['clip']}", task="zero_shot", classes=["cat"]).label_space.num_classes == 1
+
+
+def test_clip_text_tower_as_caption_similarity_encoder(folders):
+    model = sb.create_model(f"hf:{folders['clip']}", classes=CLASSES, templates=TEMPLATES)
+    metric = sb.create_metric("text_similarity", encoder=model)
+    metric.update(["a photo of a cat.", "a red car"], ["a photo of a dog.", "a red car"])
+    a = model.encode_texts(["a photo of a cat.", "a red car"])
+    b = model.encode_texts(["a photo of a dog.", "a red car"])
+    assert metric.compute()["text_similarity"] == pytest.approx(float((a * b).sum(1).mean()), abs=1e-6)

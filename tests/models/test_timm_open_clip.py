@@ -138,9 +138,9 @@ def _importable(name: str) -> bool:
 @pytest.mark.skipif(not _importable("timm"), reason="timm (needs torchvision) is not importable")
 def test_timm_factory_loads_a_local_folder(tmp_path):
     import timm
+    from timm.models import save_for_hf
 
-    net = timm.create_model("resnet10t", pretrained=False, num_classes=4)
-    timm.models.save_for_hf(net, str(tmp_path)) if hasattr(timm.models, "save_for_hf") else pytest.skip("old timm")
-    model = sb.create_model(f"timm:{tmp_path}", pretrained=True)
+    save_for_hf(timm.create_model("resnet10t", pretrained=False, num_classes=4), str(tmp_path))
+    model = sb.create_model(f"timm:{tmp_path}")
     images = [np.zeros((50, 60, 3), np.uint8), np.full((32, 32, 3), 200, np.uint8)]
-    assert model.predict_logits(images).shape == (2, 4)
+    assert model.predict_logits(images).shape == (2, 4) and model.label_space.num_classes == 4
