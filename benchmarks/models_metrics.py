@@ -54,7 +54,7 @@ def models(batch: int = 32) -> list[str]:
 
 
 def metrics() -> list[str]:
-    from test_detection import _pycocotools, _random_fixture
+    from test_metric_detection import _pycocotools, _random_fixture
 
     from shiftbench.metrics.detection import STAT_NAMES, coco_evaluate
 
