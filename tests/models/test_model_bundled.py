@@ -113,3 +113,13 @@ def test_u2netp_salient_object_on_a_real_photo():
     mask = model.predict_masks([coffee])[0]
     assert set(np.unique(mask)) == {0, 1} and 0.2 < mask.mean() < 0.7
     assert model.class_agnostic and model.label_space.name == "foreground"
+
+
+def test_efficientnet_in_bfloat16_agrees_on_the_photo(photos, lite0):
+    half = sb.create_model("efficientnet_lite0", dtype="bfloat16")
+    assert half.dtype == "bfloat16" and half.info()["dtype"] == "bfloat16"
+    logits = half.predict_logits(photos[:1])
+    assert logits.dtype == np.float32  # outputs are float32 whatever the compute dtype
+    assert logits.argmax() == lite0.predict_logits(photos[:1]).argmax()
+    with pytest.raises(sb.ShiftbenchError, match="dtype"):
+        sb.create_model("efficientnet_lite0", dtype="int8")
