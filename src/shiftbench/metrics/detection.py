@@ -49,8 +49,9 @@ def box_iou_xywh(dt: np.ndarray, gt: np.ndarray, iscrowd: np.ndarray) -> np.ndar
 
 def mask_iou(dt: np.ndarray, gt: np.ndarray, iscrowd: np.ndarray) -> np.ndarray:
     """(D, G) IoU of bool masks (D, H, W) and (G, H, W); crowd: intersection over the detection's area."""
-    d = np.asarray(dt, bool).reshape(len(dt), -1).astype(np.float64)
-    g = np.asarray(gt, bool).reshape(len(gt), -1).astype(np.float64)
+    pixels = int(np.prod(np.shape(gt)[1:]))
+    d = np.asarray(dt, bool).reshape(len(dt), pixels).astype(np.float64)
+    g = np.asarray(gt, bool).reshape(len(gt), pixels).astype(np.float64)
     inter = d @ g.T  # exact: pixel counts are small integers in float64
     area_d = d.sum(axis=1)[:, None]
     area_g = g.sum(axis=1)[None, :]
@@ -98,11 +99,11 @@ class _Image:
         if area is not None:
             self.gt_area = np.asarray(area, np.float64).reshape(-1)
         elif iou_type == "segm":
-            self.gt_area = self.gt_masks.reshape(g, -1).sum(axis=1).astype(np.float64)
+            self.gt_area = self.gt_masks.reshape(g, int(np.prod(self.gt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
         else:
             self.gt_area = self.gt_boxes[:, 2] * self.gt_boxes[:, 3]
         if iou_type == "segm":
-            self.dt_area = self.dt_masks.reshape(d, -1).sum(axis=1).astype(np.float64)
+            self.dt_area = self.dt_masks.reshape(d, int(np.prod(self.dt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
         else:
             self.dt_area = self.dt_boxes[:, 2] * self.dt_boxes[:, 3]
         self.iou_type = iou_type
@@ -121,31 +122,32 @@ def _evaluate_image(img: _Image, cat: int, area_rng: tuple[float, float], max_de
     d_count = min(len(di), max_det)  # di is already sorted by score
     iou = ious[:d_count][:, g_order] if ious.size else np.zeros((d_count, len(gi)))
     t_count, g_count = len(IOU_THRESHOLDS), len(gi)
-    gt_matched = np.zeros((t_count, g_count), bool)
     dt_matched = np.zeros((t_count, d_count), bool)
     dt_ignore = np.zeros((t_count, d_count), bool)
     if g_count and d_count:
-        n_regular = int((~g_ignore).sum())
+        # plain Python lists: per image and category there are few boxes, and numpy's per-call
+        # overhead would dominate the greedy loop
+        rows = iou.tolist()
+        ignored = g_ignore.tolist()
+        is_crowd = crowd.tolist()
         for t, threshold in enumerate(IOU_THRESHOLDS):
-            floor = min(threshold, 1 - 1e-10)
+            taken = [False] * g_count
             for d in range(d_count):
-                row = iou[d]
-                # the best gt wins; on equal IoU the later one (the reference loop keeps replacing)
-                match = -1
-                for block in (slice(0, n_regular), slice(n_regular, g_count)):
-                    values = row[block]
-                    free = ~gt_matched[t, block] | crowd[block]
-                    ok = free & (values >= floor)
-                    if ok.any():
-                        best = values[ok].max()
-                        hits = np.nonzero(ok & (values == best))[0]
-                        match = block.start + int(hits[-1])
-                        break
+                best, match = min(float(threshold), 1 - 1e-10), -1
+                row = rows[d]
+                for g in range(g_count):
+                    if taken[g] and not is_crowd[g]:
+                        continue  # a regular gt matches one detection at most
+                    if match > -1 and not ignored[match] and ignored[g]:
+                        break  # a match to a regular gt is never traded for an ignored one
+                    if row[g] < best:
+                        continue
+                    best, match = row[g], g  # equal IoU: the later gt wins
                 if match < 0:
                     continue
-                dt_ignore[t, d] = g_ignore[match]
+                dt_ignore[t, d] = ignored[match]
                 dt_matched[t, d] = True
-                gt_matched[t, match] = True
+                taken[match] = True
     d_area = img.dt_area[di[:d_count]]
     out_of_range = (d_area < area_rng[0]) | (d_area > area_rng[1])
     dt_ignore |= ~dt_matched & out_of_range[None, :]
@@ -185,15 +187,18 @@ def coco_evaluate(detections: Sequence[Any], targets: Sequence[Any], iou_type: s
                 ious = np.zeros((0, 0))
             per_image.append((img, gi, di, ious))
         for a, area_rng in enumerate(areas):
+            # greedy matching visits detections in score order, so the matches of the top 1 or 10 are
+            # the first 1 or 10 of the matches of the top 100: match once, truncate per max_det
+            full = [e for e in (_evaluate_image(img, cat, area_rng, MAX_DETS[-1], ious, gi, di)
+                                for img, gi, di, ious in per_image) if e is not None]
             for m, max_det in enumerate(MAX_DETS):
-                evals = [e for e in (_evaluate_image(img, cat, area_rng, max_det, ious, gi, di)
-                                     for img, gi, di, ious in per_image) if e is not None]
+                evals = full
                 if not evals:
                     continue
-                scores = np.concatenate([e["scores"] for e in evals])
+                scores = np.concatenate([e["scores"][:max_det] for e in evals])
                 order = np.argsort(-scores, kind="mergesort")
-                matched = np.concatenate([e["matched"] for e in evals], axis=1)[:, order]
-                ignore = np.concatenate([e["ignore"] for e in evals], axis=1)[:, order]
+                matched = np.concatenate([e["matched"][:, :max_det] for e in evals], axis=1)[:, order]
+                ignore = np.concatenate([e["ignore"][:, :max_det] for e in evals], axis=1)[:, order]
                 n_positive = int(np.count_nonzero(~np.concatenate([e["gt_ignore"] for e in evals])))
                 if n_positive == 0:
                     continue

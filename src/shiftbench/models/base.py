@@ -39,6 +39,8 @@ resizing / cropping / normalising with differentiable ops. ``model.module`` is t
 
 Checks the runner should call: :func:`check_outputs` (NaN/inf, shape) on every batch and
 :func:`check_label_space` once per (model, dataset); both raise :class:`ShiftbenchError`.
+:func:`predict_batch` dispatches on the task and returns what that task's metrics take in ``update``
+(logits; foreground probabilities or label maps; ``Detections``; captions), already checked.
 
 >>> space = LabelSpace("toy", ("cat", "dog"))
 >>> space.num_classes, space.index("dog")
@@ -59,7 +61,7 @@ from ..sample import to_rgb_uint8
 __all__ = [
     "TASKS", "LabelSpace", "Preprocess", "Detections", "Model", "Classifier", "ZeroShotClassifier",
     "Segmenter", "Detector", "Captioner", "TorchClassifier", "check_outputs", "check_label_space",
-    "as_image_list", "parse_dtype",
+    "as_image_list", "parse_dtype", "predict_batch",
 ]
 
 TASKS = ("classification", "segmentation", "detection", "captioning")
@@ -407,12 +409,13 @@ class ZeroShotClassifier(Classifier):
         """(C, D) normalised class embeddings (prompt-ensembled), built once per set_classes."""
         if self._class_features is None:
             assert self.label_space is not None
-            features = []
-            for class_name in self.label_space.class_names:
-                text = self.encode_texts([t.format(class_name) for t in self.templates]).astype(np.float64)
-                mean = text.mean(axis=0)
-                features.append(mean / max(np.linalg.norm(mean), 1e-12))
-            self._class_features = np.stack(features).astype(np.float32)
+            prompts = [t.format(c) for c in self.label_space.class_names for t in self.templates]
+            # encode in chunks (one call per class would be 1,000 tiny batches for ImageNet)
+            chunk = max(len(self.templates), 256)
+            text = np.concatenate([self.encode_texts(prompts[i:i + chunk]) for i in range(0, len(prompts), chunk)])
+            mean = text.astype(np.float64).reshape(self.label_space.num_classes, len(self.templates), -1).mean(axis=1)
+            mean /= np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+            self._class_features = mean.astype(np.float32)
         return self._class_features
 
     def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
@@ -532,3 +535,28 @@ class TorchClassifier(Classifier):
                       batch_size=len(images))
         return out
 
+
+
+def predict_batch(model: Any, images: Sequence[np.ndarray]) -> Any:
+    """Run any model on a batch and return what its task's metrics take, checked for NaN/inf and length.
+
+    classification: float32 logits (N, C); segmentation: float32 (H, W) foreground probabilities for
+    class-agnostic models, int64 (H, W) label maps otherwise; detection: list of :class:`Detections`;
+    captioning: list of str.
+    """
+    images = as_image_list(images)
+    name = getattr(model, "name", type(model).__name__)
+    task = getattr(model, "task", None)
+    if task == "classification":
+        out = model.predict_logits(images)
+        space = getattr(model, "label_space", None)
+        check_outputs(out, name, num_classes=space.num_classes if space else None, batch_size=len(images))
+        return out
+    if task == "segmentation":
+        out = model.predict(images) if getattr(model, "class_agnostic", False) else model.predict_masks(images)
+    elif task in ("detection", "captioning"):
+        out = model.predict(images)
+    else:
+        raise ShiftbenchError(f"model {name!r} has no known task ({task!r}); expected one of {', '.join(TASKS)}")
+    check_outputs(list(out), name, batch_size=len(images))
+    return list(out)

@@ -17,12 +17,13 @@ from typing import Sequence
 import numpy as np
 
 from .base import (
-    Captioner, Classifier, Detections, Detector, LabelSpace, Preprocess, Segmenter, as_image_list, check_outputs,
+    Captioner, Classifier, Detections, Detector, LabelSpace, Segmenter, as_image_list, check_outputs,
 )
 
 __all__ = ["DummyClassifier", "DummySegmenter", "DummyDetector", "DummyCaptioner"]
 
-_IDENTITY = Preprocess(size=(1, 1), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), resize="exact", value_range=255.0)
+# dummies read raw pixels at any size: they declare no preprocessing
+_NO_PREPROCESS = None
 
 
 def _label_space(label_space: str | int | Sequence[str]) -> LabelSpace:
@@ -58,7 +59,7 @@ class DummyClassifier(Classifier):
                  device: str = "cpu", dtype: str = "float32"):
         self.name = "dummy_classifier"
         self.label_space = _label_space(label_space)
-        self.preprocess = _IDENTITY
+        self.preprocess = _NO_PREPROCESS
         self.seed = int(seed)
         rng = np.random.default_rng(self.seed)
         self._weights = rng.normal(0.0, 4.0, size=(self.label_space.num_classes, 23))
@@ -90,7 +91,7 @@ class DummySegmenter(Segmenter):
         self.class_agnostic = num_classes is None
         self.label_space = LabelSpace.foreground() if num_classes is None else LabelSpace.numbered(
             f"dummy{num_classes}", int(num_classes))
-        self.preprocess = _IDENTITY
+        self.preprocess = _NO_PREPROCESS
 
     def predict(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         out = []
@@ -113,7 +114,7 @@ class DummyDetector(Detector):
         self.name = "dummy_detector"
         self._classifier = DummyClassifier(label_space)
         self.label_space = self._classifier.label_space
-        self.preprocess = _IDENTITY
+        self.preprocess = _NO_PREPROCESS
         self.with_masks = with_masks
 
     def predict(self, images: Sequence[np.ndarray]) -> list[Detections]:
@@ -146,7 +147,7 @@ class DummyCaptioner(Captioner):
 
     def __init__(self, device: str = "cpu", dtype: str = "float32"):
         self.name = "dummy_captioner"
-        self.preprocess = _IDENTITY
+        self.preprocess = _NO_PREPROCESS
 
     def predict(self, images: Sequence[np.ndarray]) -> list[str]:
         names = list(_COLOURS)

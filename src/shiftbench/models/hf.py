@@ -51,16 +51,26 @@ def detect_task(config: Any) -> str:
     )
 
 
-def _size_pair(value: Any) -> tuple[int, int] | None:
+def _size_fields(value: Any) -> dict[str, int]:
+    """The set fields of a processor size: a dict (transformers 4) or a SizeDict (transformers 5)."""
     if value is None:
-        return None
+        return {}
     if isinstance(value, int):
-        return value, value
-    if isinstance(value, dict):
-        if "height" in value and "width" in value:
-            return int(value["height"]), int(value["width"])
-        if "shortest_edge" in value:
-            return int(value["shortest_edge"]), int(value["shortest_edge"])
+        return {"height": value, "width": value}
+    out = {}
+    for key in ("height", "width", "shortest_edge", "longest_edge"):
+        item = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        if item is not None:
+            out[key] = int(item)
+    return out
+
+
+def _size_pair(value: Any) -> tuple[int, int] | None:
+    fields = _size_fields(value)
+    if "height" in fields and "width" in fields:
+        return fields["height"], fields["width"]
+    if "shortest_edge" in fields:
+        return fields["shortest_edge"], fields["shortest_edge"]
     return None
 
 
@@ -69,7 +79,7 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
     ip = getattr(processor, "image_processor", processor)
     size = _size_pair(getattr(ip, "size", None))
     crop = _size_pair(getattr(ip, "crop_size", None)) if getattr(ip, "do_center_crop", False) else None
-    shortest = isinstance(getattr(ip, "size", None), dict) and "shortest_edge" in ip.size
+    shortest = "shortest_edge" in _size_fields(getattr(ip, "size", None))
     mean = tuple(getattr(ip, "image_mean", None) or (0.0, 0.0, 0.0))
     std = tuple(getattr(ip, "image_std", None) or (1.0, 1.0, 1.0))
     if not getattr(ip, "do_normalize", True):
