@@ -180,3 +180,74 @@ def test_results_json_from_cli(tmp_path):
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert rows and all(r["n"] == 8 for r in rows)
     assert {r["metric"] for r in rows} == {"top1", "ece"}
+
+
+def test_every_task_runs_through_the_runner(tmp_path):
+    from shiftbench.datasets.base import Dataset
+    from shiftbench.registry import DATASETS
+    from shiftbench.sample import Sample
+
+    from conftest import make_sample
+
+    class Masked(Dataset):
+        name = "_test_masked"
+
+        def __len__(self):
+            return 6
+
+        def load(self, i):
+            s = make_sample(40, 48, seed=i, sid=f"m{i}")
+            return s.replace(label=i % 2, box_labels=np.array([i % 2]))
+
+    if "_test_masked" not in DATASETS:
+        DATASETS.add("_test_masked", Masked)
+    base = {"dataset": "_test_masked", "shifts": ["clean", {"name": "_test_noise", "severities": [2]}],
+            "batch_size": 4, "log_samples": True}
+    seg = sb.evaluate(dict(base, models=["dummy_segmenter"], metrics=["foreground_iou"]), store=tmp_path / "s.db")
+    clean = [r for r in seg if r["shift"] == "clean"][0]
+    model = sb.create_model("dummy_segmenter")
+    data = Masked()
+    inter = union = 0
+    for i in range(len(data)):
+        s = data.load(i)
+        pred = model.predict([s.image])[0] >= 0.5
+        inter += np.logical_and(pred, s.mask).sum()
+        union += np.logical_or(pred, s.mask).sum()
+    assert clean["metric"] == "foreground_iou" and 0 < clean["value"] <= 1
+    det = sb.evaluate(dict(base, models=[{"name": "dummy_detector", "params": {"label_space": 2}}],
+                           metrics=["box_ap"]), store=tmp_path / "d.db")
+    assert {r["metric"] for r in det} >= {"box_ap", "box_ap50"}
+    cap = sb.evaluate(dict(base, models=["dummy_captioner"], metrics=["text_similarity"]), store=tmp_path / "c.db")
+    assert all(-1 <= r["value"] <= 1 for r in cap if r["metric"] == "text_similarity")
+    preds = Store(tmp_path / "c.db").predictions(cap[0]["run_id"])
+    assert preds[0]["prediction"]["caption"].startswith("a photo of a")
+
+
+@pytest.mark.parametrize("name, task", [("top1", "classification"), ("top5", "classification"),
+                                        ("ece", "classification"), ("foreground_iou", "segmentation"),
+                                        ("box_ap", "detection"), ("text_similarity", "captioning")])
+def test_metric_state_survives_the_store_round_trip(name, task):
+    """Saving a metric's state after batch A (JSON, as the store keeps it) and continuing with batch B
+    gives the same values as one metric that saw A and B."""
+    from shiftbench.engine.evaluate import _HANDLERS, decode_state, encode_state
+    from shiftbench.registry import METRICS
+
+    from conftest import make_sample
+
+    model = {"classification": lambda: sb.create_model("dummy_classifier", label_space=2),
+             "segmentation": lambda: sb.create_model("dummy_segmenter"),
+             "detection": lambda: sb.create_model("dummy_detector", label_space=2),
+             "captioning": lambda: sb.create_model("dummy_captioner")}[task]()
+    samples = [make_sample(40, 48, seed=i, sid=f"x{i}").replace(label=i % 2, box_labels=np.array([i % 2]))
+               for i in range(8)]
+    a, b = samples[:5], samples[5:]
+    predict = _HANDLERS[task].predict
+    whole = METRICS.create(name)
+    whole.update_from_samples(predict(model, samples), samples)
+    first = METRICS.create(name)
+    first.update_from_samples(predict(model, a), a)
+    saved = json.loads(json.dumps(encode_state(first.state_dict())))
+    resumed = METRICS.create(name)
+    resumed.load_state_dict(decode_state(saved))
+    resumed.update_from_samples(predict(model, b), b)
+    assert resumed.compute() == pytest.approx(whole.compute(), abs=1e-12)

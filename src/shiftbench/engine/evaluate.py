@@ -189,7 +189,7 @@ class _Runner:
         outputs = _predict_with_backoff(handler.predict, model, samples)
         for name in metric_names:
             metrics[name].update_from_samples(outputs, samples)
-        states = {name: encode_state(vars(metrics[name])) for name in metric_names}
+        states = {name: encode_state(metrics[name].state_dict()) for name in metric_names}
         grid = samples[:GRID_SAMPLES] if b == 0 else []
         keep = samples if self.spec.log_samples else grid
         predictions = [(s.id, handler.record(outputs, i, s, model)) for i, s in enumerate(keep)]
@@ -218,7 +218,7 @@ class _Runner:
             if set(saved) != set(range(last + 1)):  # batches are saved in order; anything else is damage
                 raise ShiftbenchError(f"store condition {cid}: saved batches {sorted(saved)} are not a prefix")
             for name in metric_names:
-                vars(metrics[name]).update(decode_state(saved[last][name]))
+                metrics[name].load_state_dict(decode_state(saved[last][name]))
         return metrics, set(saved)
 
     def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any]) -> None:
@@ -238,14 +238,15 @@ class _Runner:
 
 
 # -- task handlers --------------------------------------------------------------------------------
-class _Classification:
-    @staticmethod
-    def predict(model, samples: Sequence[Sample]) -> np.ndarray:
-        from ..models.base import check_outputs
+def _predict(model, samples: Sequence[Sample]) -> Any:
+    """What the model's task's metrics take, checked for NaN/inf and length (models.base.predict_batch)."""
+    from ..models.base import predict_batch
 
-        logits = model.predict_logits([s.image for s in samples])
-        check_outputs(logits, model.name, num_classes=model.label_space.num_classes, batch_size=len(samples))
-        return logits
+    return predict_batch(model, [s.image for s in samples])
+
+
+class _Classification:
+    predict = staticmethod(_predict)
 
     @staticmethod
     def record(logits: np.ndarray, i: int, s: Sample, model) -> dict[str, Any]:
@@ -260,27 +261,44 @@ class _Classification:
 
 
 class _Segmentation:
-    @staticmethod
-    def predict(model, samples: Sequence[Sample]) -> list[np.ndarray]:
-        from ..models.base import check_outputs
-
-        masks = model.predict_masks([s.image for s in samples])
-        check_outputs(list(masks), model.name, batch_size=len(samples))
-        return list(masks)
+    predict = staticmethod(_predict)
 
     @staticmethod
-    def record(masks: list[np.ndarray], i: int, s: Sample, model) -> dict[str, Any]:
-        pred = np.asarray(masks[i])
-        out: dict[str, Any] = {"foreground_fraction": round(float((pred > 0).mean()), 6)}
+    def record(outputs: list[np.ndarray], i: int, s: Sample, model) -> dict[str, Any]:
+        out = np.asarray(outputs[i])
+        pred = out >= 0.5 if out.dtype.kind == "f" else out > 0  # probabilities or label maps
+        record: dict[str, Any] = {"foreground_fraction": round(float(pred.mean()), 6)}
         if s.mask is not None:
-            t = s.mask > 0
-            p = pred > 0
-            union = np.logical_or(t, p).sum()
-            out["iou"] = round(float(np.logical_and(t, p).sum() / union), 6) if union else 1.0
-        return out
+            t = np.asarray(s.mask) > 0
+            union = np.logical_or(t, pred).sum()
+            record["iou"] = round(float(np.logical_and(t, pred).sum() / union), 6) if union else 1.0
+        return record
 
 
-_HANDLERS: dict[str, Any] = {"classification": _Classification, "segmentation": _Segmentation}
+class _Detection:
+    predict = staticmethod(_predict)
+
+    @staticmethod
+    def record(outputs: list[Any], i: int, s: Sample, model) -> dict[str, Any]:
+        det = outputs[i]
+        order = np.argsort(-det.scores, kind="stable")[:5]
+        names = model.label_space.class_names if model.label_space else None
+        return {"detections": len(det), "top": [
+            {"box": [round(float(v), 2) for v in det.boxes[k]], "score": round(float(det.scores[k]), 4),
+             "label": int(det.labels[k]), **({"name": names[int(det.labels[k])]} if names else {})}
+            for k in order]}
+
+
+class _Captioning:
+    predict = staticmethod(_predict)
+
+    @staticmethod
+    def record(outputs: list[str], i: int, s: Sample, model) -> dict[str, Any]:
+        return {"caption": outputs[i], "reference": s.caption}
+
+
+_HANDLERS: dict[str, Any] = {"classification": _Classification, "segmentation": _Segmentation,
+                             "detection": _Detection, "captioning": _Captioning}
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -57,6 +57,9 @@ class Metric:
     name: ClassVar[str] = ""
     task: ClassVar[str] = "any"
     higher_is_better: ClassVar[bool] = True
+    # attributes that hold resources (encoders, models), not accumulated data: never saved, rebuilt by
+    # the constructor
+    resources: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         self.n = 0
@@ -77,6 +80,14 @@ class Metric:
     def state(self) -> dict[str, Any]:
         """Extra JSON-serialisable data beyond ``compute`` (empty unless a metric has some)."""
         return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The accumulated data (every attribute but ``resources``), so a run can stop and resume."""
+        return {k: v for k, v in vars(self).items() if k not in self.resources}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a ``state_dict`` (the runner saves it after every batch)."""
+        vars(self).update({k: v for k, v in state.items() if k not in self.resources})
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, n={self.n})"

@@ -60,6 +60,7 @@ class TextSimilarity(Metric):
 
     name = "text_similarity"
     task = "captioning"
+    resources = ("_encoder",)
     higher_is_better = True
 
     def __init__(self, encoder: Any = "minilm"):
