@@ -1,0 +1,131 @@
+"""Digital corruptions: contrast, elastic_transform, pixelate, jpeg_compression (ImageNet-C) and saturate (extra)."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, ClassVar
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from ...registry import SHIFTS
+from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, noise_rng, to_uint8
+
+__all__ = ["Contrast", "ElasticTransform", "Pixelate", "JpegCompression", "Saturate"]
+
+CONTRAST = (0.4, 0.3, 0.2, 0.1, 0.05)
+ELASTIC_ALPHA = (250 * 0.05, 250 * 0.065, 250 * 0.085, 250 * 0.1, 250 * 0.12)
+PIXELATE = (0.6, 0.5, 0.4, 0.3, 0.25)
+JPEG_QUALITY = (25, 18, 15, 10, 7)
+SATURATE = ((0.3, 0), (0.1, 0), (2, 0), (5, 0.1), (20, 0.2))  # (saturation gain, offset)
+
+
+@SHIFTS.register("contrast", description="Contrast reduced towards the channel means (ImageNet-C)", group="digital")
+class Contrast(Corruption):
+    """Contrast (ImageNet-C): (x - mean) * c + mean per channel, c = 0.4..0.05.
+
+    The map is per channel and per value, so it runs as a 256-entry table per channel, computed
+    with the reference's own float64 expression (cv2.LUT applies it).
+    """
+
+    group: ClassVar[str] = "digital"
+
+    def corrupt(self, image, severity, params):
+        c = CONTRAST[severity - 1]
+        means = np.array(cv2.mean(image)[:3], dtype=np.float64) / 255.0
+        levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+        table = (np.clip((levels - means) * c + means, 0, 1) * 255).astype(np.uint8)
+        return cv2.LUT(image, np.ascontiguousarray(table[None]))
+
+
+@SHIFTS.register("elastic_transform", description="Smooth random elastic warp (ImageNet-C)", group="digital")
+class ElasticTransform(Corruption):
+    """Elastic transform (ImageNet-C): uniform displacement noise, Gaussian-smoothed, bilinear remap.
+
+    Smoothing sigma (1% of each side) and displacement range (0.5% of the height) scale with the
+    image, as in the reference.
+    """
+
+    group: ClassVar[str] = "digital"
+
+    def draws(self, shape, severity, rng) -> dict[str, Any]:
+        return {"noise_seed": draw_seed(rng)}
+
+    def displacement(self, shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """(dx, dy) in pixels: column and row displacement of every output pixel."""
+        h, w = shape[:2]
+        alpha = ELASTIC_ALPHA[severity - 1]
+        max_shift = h * 0.005
+        rng = noise_rng(params)
+        fields = []
+        for _ in range(2):  # dx first, then dy, as the reference draws them
+            field = rng.random((h, w), dtype=np.float32)
+            field *= 2.0 * max_shift
+            field -= max_shift
+            field = gaussian_blur_like_skimage(field, (0.01 * h, 0.01 * w), truncate=3.0, border=cv2.BORDER_REFLECT)
+            field *= alpha
+            fields.append(field)
+        return fields[0], fields[1]
+
+    def corrupt(self, image, severity, params):
+        h, w = image.shape[:2]
+        dx, dy = self.displacement(image.shape, severity, params)
+        dx += np.arange(w, dtype=np.float32)[None, :]
+        dy += np.arange(h, dtype=np.float32)[:, None]
+        out = cv2.remap(image.astype(np.float32), dx, dy, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
+        return to_uint8(out)
+
+
+@SHIFTS.register("pixelate", description="Box downscale then nearest upscale (ImageNet-C)", group="digital")
+class Pixelate(Corruption):
+    """Pixelate (ImageNet-C): box-filter down to 0.6..0.25 of the size, nearest-neighbour back (Pillow, as the reference)."""
+
+    group: ClassVar[str] = "digital"
+
+    def corrupt(self, image, severity, params):
+        c = PIXELATE[severity - 1]
+        h, w = image.shape[:2]
+        small = Image.fromarray(image).resize((int(w * c), int(h * c)), Image.Resampling.BOX)
+        return np.asarray(small.resize((w, h), Image.Resampling.NEAREST))
+
+
+@SHIFTS.register("jpeg_compression", description="JPEG re-encoding at quality 25..7 (ImageNet-C)", group="digital")
+class JpegCompression(Corruption):
+    """JPEG compression (ImageNet-C): encode with Pillow at quality 25, 18, 15, 10, 7 and decode."""
+
+    group: ClassVar[str] = "digital"
+
+    def corrupt(self, image, severity, params):
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, "JPEG", quality=JPEG_QUALITY[severity - 1])
+        buffer.seek(0)
+        with Image.open(buffer) as decoded:
+            return np.asarray(decoded.convert("RGB"))
+
+
+@SHIFTS.register("saturate", description="HSV saturation scaled (ImageNet-C extra)", group="extra")
+class Saturate(Corruption):
+    """Saturate (ImageNet-C extra): HSV saturation * a + b, hue and value kept.
+
+    With hue and value fixed each channel moves along its line to the maximum channel:
+    ch' = V - (V - ch) * S'/S; grey pixels take the reference's hue 0 (red) when b > 0.
+    """
+
+    group: ClassVar[str] = "extra"
+
+    def corrupt(self, image, severity, params):
+        gain, offset = SATURATE[severity - 1]
+        x = image.astype(np.float32)
+        value = np.maximum(np.maximum(x[..., 0], x[..., 1]), x[..., 2])
+        spread = value - np.minimum(np.minimum(x[..., 0], x[..., 1]), x[..., 2])
+        coloured = spread > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            saturation = np.where(coloured, spread / value, 0.0)
+            new_saturation = np.clip(saturation * gain + offset, 0.0, 1.0)
+            factor = np.where(coloured, new_saturation * value / spread, 0.0).astype(np.float32)
+        out = value[..., None] - (value[..., None] - x) * factor[..., None]
+        if offset > 0:  # grey pixels: hue 0, so (V, V(1-S'), V(1-S'))
+            grey = ~coloured
+            out[grey, 1] = out[grey, 2] = (value * (1.0 - new_saturation))[grey]
+        return to_uint8(out)
