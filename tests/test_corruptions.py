@@ -150,3 +150,15 @@ def test_import_does_not_pull_numba():
 
     code = "import shiftbench.shifts.corruptions, sys; assert 'numba' not in sys.modules, 'numba imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_glass_blur_offsets_uniform_like_randint():
+    from shiftbench.shifts.corruptions.blur import GLASS, GlassBlur
+
+    image = photo_like(200, 200)
+    for severity in range(1, 6):
+        delta = GLASS[severity - 1][1]
+        offsets = GlassBlur.offsets(image.shape, severity, {"noise_seed": severity})
+        values, counts = np.unique(offsets, return_counts=True)
+        assert values.tolist() == list(range(-delta, delta))  # randint(-d, d): high end excluded
+        assert np.all(np.abs(counts / counts.sum() - 1 / (2 * delta)) < 0.005)

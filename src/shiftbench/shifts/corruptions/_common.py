@@ -108,26 +108,14 @@ def alias_table(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Returns (threshold, alias), each flattened to 256*256: outcome j of row v is kept when the
     low 24 random bits are below ``threshold[v*256 + j]``, else ``alias[v*256 + j]`` is taken.
     """
-    n = pmf.shape[1]
-    assert n == 256
+    from ._kernels import build_alias
+
+    pmf = np.ascontiguousarray(pmf, dtype=np.float64)
+    if pmf.shape != (256, 256):
+        raise ValueError(f"alias tables are built for 256x256 pmfs, got {pmf.shape}")
     thresholds = np.zeros(pmf.shape, dtype=np.uint32)
     aliases = np.zeros(pmf.shape, dtype=np.uint8)
-    one = 1 << 24
-    for v, row in enumerate(pmf):
-        scaled = row / row.sum() * n
-        prob = np.ones(n)
-        alias = np.arange(n)
-        small = [j for j in range(n) if scaled[j] < 1.0]
-        large = [j for j in range(n) if scaled[j] >= 1.0]
-        while small and large:
-            s, g = small.pop(), large.pop()
-            prob[s] = scaled[s]
-            alias[s] = g
-            scaled[g] -= 1.0 - scaled[s]
-            (small if scaled[g] < 1.0 else large).append(g)
-        # leftovers are 1 up to rounding
-        thresholds[v] = np.minimum(np.round(prob * one), one).astype(np.uint32)
-        aliases[v] = alias
+    build_alias(pmf, thresholds, aliases)
     return thresholds.reshape(-1), aliases.reshape(-1)
 
 
