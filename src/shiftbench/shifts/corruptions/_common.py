@@ -52,6 +52,15 @@ class Corruption(ImageShift):
     def corrupt(self, image: np.ndarray, severity: int, params: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
 
+    @property
+    def random(self) -> bool:
+        """Whether this corruption draws anything (deterministic ones keep the base ``draws``)."""
+        return type(self).draws is not Corruption.draws
+
+    def rng(self, seed: int, sample_id: str | None) -> np.random.Generator | None:
+        # deterministic corruptions never touch the generator: skip building it (about 30 us)
+        return super().rng(seed, sample_id) if self.random else None
+
     # -- ImageShift hooks ---------------------------------------------------------------------
     def image_params(self, image: np.ndarray, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         check_image(image, self.name)
@@ -102,11 +111,11 @@ def to_uint8(x: np.ndarray) -> np.ndarray:
 # channel value, instead of a Gaussian or Poisson draw followed by float arithmetic.
 
 
-def alias_table(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Alias tables for 256 discrete distributions over 0..255 (rows of ``pmf``).
+def alias_table(pmf: np.ndarray) -> np.ndarray:
+    """Packed alias tables for 256 discrete distributions over 0..255 (rows of ``pmf``).
 
-    Returns (threshold, alias), each flattened to 256*256: outcome j of row v is kept when the
-    low 24 random bits are below ``threshold[v*256 + j]``, else ``alias[v*256 + j]`` is taken.
+    Entry v*256 + j is (threshold << 8) | alias: outcome j of row v is kept when 24 random bits
+    are below the threshold (its probability mass in units of 2**-24), else the alias is taken.
     """
     from ._kernels import build_alias
 
@@ -116,17 +125,22 @@ def alias_table(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     thresholds = np.zeros(pmf.shape, dtype=np.uint32)
     aliases = np.zeros(pmf.shape, dtype=np.uint8)
     build_alias(pmf, thresholds, aliases)
-    return thresholds.reshape(-1), aliases.reshape(-1)
+    # a threshold of 2**24 (always keep) does not fit 24 bits: stored as 2**24 - 1 it keeps all
+    # draws but the one equal to 2**24 - 1, which takes the alias: make that alias the column
+    # itself, so the outcome is the same either way
+    full = thresholds >= (1 << 24)
+    aliases[full] = np.broadcast_to(np.arange(256, dtype=np.uint8), pmf.shape)[full]
+    packed = (np.minimum(thresholds, (1 << 24) - 1) << 8) | aliases
+    return packed.astype(np.uint32).reshape(-1)
 
 
-def sample_from_table(image: np.ndarray, table: tuple[np.ndarray, np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """Draw, for every uint8 value of ``image``, an output from its row of the alias table."""
+def sample_from_table(image: np.ndarray, table: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draw, for every uint8 value of ``image``, an output from its row of the packed alias table."""
     from ._kernels import alias_sample  # numba, compiled and cached on first use
 
-    thresholds, aliases = table
-    words = rng.integers(0, 1 << 32, size=image.size, dtype=np.uint32)
+    raw = rng.bit_generator.random_raw((image.size + 1) // 2)
     out = np.empty(image.shape, dtype=np.uint8)
-    alias_sample(np.ascontiguousarray(image).reshape(-1), words, thresholds, aliases, out.reshape(-1))
+    alias_sample(np.ascontiguousarray(image).reshape(-1), raw, table, out.reshape(-1))
     return out
 
 

@@ -9,7 +9,8 @@ not commute: a vectorised gather gives a different displacement distribution. Th
 stays sequential and is compiled: a few ns per pixel instead of about 10 us in Python.
 
 The noise sampler fuses what takes seven numpy passes (shift, index, two gathers, compare,
-select, cast) into one loop: measured 0.15 ms instead of about 1 ms per 224x224 image.
+select, cast) into one loop over a packed table: measured 0.15 ms instead of about 1 ms per
+224x224 image.
 """
 
 from __future__ import annotations
@@ -79,13 +80,15 @@ def build_alias(pmf: np.ndarray, thresholds: np.ndarray, aliases: np.ndarray) ->
 
 
 @numba.njit(cache=True, nogil=True)
-def alias_sample(values: np.ndarray, words: np.ndarray, thresholds: np.ndarray, aliases: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Walker alias draw per value: column = top 8 bits of the word, kept if the low 24 bits pass."""
+def alias_sample(values: np.ndarray, raw: np.ndarray, table: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Walker alias draw per value from 32-bit halves of 64-bit words (low half first).
+
+    ``table[v*256 + j]`` packs (keep threshold << 8) | alias. The column j is the word's top
+    8 bits; it is kept when the low 24 bits are below the threshold, else the alias is taken.
+    """
     for i in range(values.size):
-        word = words[i]
+        r = raw[i >> 1]
+        word = np.uint32(r >> np.uint64(32)) if (i & 1) else np.uint32(r & np.uint64(0xFFFFFFFF))
         column = word >> 24
-        index = (np.uint32(values[i]) << 8) | column
-        if (word & 0xFFFFFF) < thresholds[index]:
-            out[i] = column
-        else:
-            out[i] = aliases[index]
+        entry = table[(np.uint32(values[i]) << 8) | column]
+        out[i] = column if (word & 0xFFFFFF) < (entry >> 8) else (entry & 0xFF)

@@ -130,19 +130,23 @@ class ZoomBlur(Corruption):
     def corrupt(self, image, severity, params):
         h, w = image.shape[:2]
         factors = self.factors(severity)
-        # uint8 warps (OpenCV's fast fixed-point path) summed in float32: each layer is rounded
-        # to the nearest level, the mean of 10-16 layers averages that rounding away
-        total = image.astype(np.float32)
+        # uint8 warps (OpenCV's fixed-point path) summed in float32: each layer is rounded to the
+        # nearest level, and the mean of 11-16 layers averages that rounding away. Four-channel
+        # images take OpenCV's vectorised path: 3x faster per warp than three channels.
+        rgba = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)
+        total = np.zeros((h, w, 4), dtype=np.float32)
+        cv2.accumulate(rgba, total)
         for factor in factors:
             if factor == 1.0:  # the identity zoom
-                cv2.accumulate(image, total)
+                cv2.accumulate(rgba, total)
                 continue
             layer = cv2.warpAffine(
-                image, zoom_crop_matrix((h, w), factor), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
+                rgba, zoom_crop_matrix((h, w), factor), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
             )
             cv2.accumulate(layer, total)
-        total *= 1.0 / (len(factors) + 1)
-        return to_uint8(total)
+        out = total[..., :3]
+        out *= 1.0 / (len(factors) + 1)
+        return to_uint8(out)
 
 
 @SHIFTS.register("gaussian_blur", description="Gaussian blur (ImageNet-C extra)", group="extra")

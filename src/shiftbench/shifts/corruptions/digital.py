@@ -79,15 +79,16 @@ class ElasticTransform(Corruption):
 
 @SHIFTS.register("pixelate", description="Box downscale then nearest upscale (ImageNet-C)", group="digital")
 class Pixelate(Corruption):
-    """Pixelate (ImageNet-C): box-filter down to 0.6..0.25 of the size, nearest-neighbour back (Pillow, as the reference)."""
+    """Pixelate (ImageNet-C): box-filter down to 0.6..0.25 of the size (Pillow, as the reference), nearest-neighbour back."""
 
     group: ClassVar[str] = "digital"
 
     def corrupt(self, image, severity, params):
         c = PIXELATE[severity - 1]
         h, w = image.shape[:2]
-        small = Image.fromarray(image).resize((int(w * c), int(h * c)), Image.Resampling.BOX)
-        return np.asarray(small.resize((w, h), Image.Resampling.NEAREST))
+        small = np.asarray(Image.fromarray(image).resize((int(w * c), int(h * c)), Image.Resampling.BOX))
+        # OpenCV's pixel-centre nearest neighbour picks the same source pixels as Pillow's NEAREST
+        return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST_EXACT)
 
 
 @SHIFTS.register("jpeg_compression", description="JPEG re-encoding at quality 25..7 (ImageNet-C)", group="digital")
