@@ -23,6 +23,7 @@ __all__ = [
     "noise_rng",
     "draw_seed",
     "to_uint8",
+    "grey3",
     "sample_from_table",
     "alias_table",
     "gaussian_blur_like_skimage",
@@ -86,6 +87,11 @@ def check_image(image: np.ndarray, shift_name: str) -> None:
         raise ShiftbenchError(
             f"corruption {shift_name!r} needs images of at least {MIN_SIDE}x{MIN_SIDE} px, got {w}x{h} (WxH)"
         )
+
+
+def grey3(x: np.ndarray) -> np.ndarray:
+    """An HxW plane repeated into HxWx3 (OpenCV copy: numpy broadcasting over a last axis of 3 is slow)."""
+    return cv2.cvtColor(np.ascontiguousarray(x), cv2.COLOR_GRAY2RGB)
 
 
 def draw_seed(rng: np.random.Generator) -> int:

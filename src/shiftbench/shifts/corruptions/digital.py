@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from ...registry import SHIFTS
-from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, noise_rng, to_uint8
+from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, grey3, noise_rng, to_uint8
 
 __all__ = ["Contrast", "ElasticTransform", "Pixelate", "JpegCompression", "Saturate"]
 
@@ -125,7 +125,8 @@ class Saturate(Corruption):
             saturation = np.where(coloured, spread / value, 0.0)
             new_saturation = np.clip(saturation * gain + offset, 0.0, 1.0)
             factor = np.where(coloured, new_saturation * value / spread, 0.0).astype(np.float32)
-        out = value[..., None] - (value[..., None] - x) * factor[..., None]
+        value3 = grey3(value)
+        out = value3 - (value3 - x) * grey3(factor)
         if offset > 0:  # grey pixels: hue 0, so (V, V(1-S'), V(1-S'))
             grey = ~coloured
             out[grey, 1] = out[grey, 2] = (value * (1.0 - new_saturation))[grey]

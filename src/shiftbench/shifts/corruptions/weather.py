@@ -19,6 +19,7 @@ from ._common import (
     Corruption,
     draw_seed,
     gaussian_blur_like_skimage,
+    grey3,
     motion_blur,
     noise_rng,
     to_uint8,
@@ -67,10 +68,15 @@ class Snow(Corruption):
     def corrupt(self, image, severity, params):
         mean, std, zoom, threshold, radius, sigma, weight = SNOW[severity - 1]
         h, w = image.shape[:2]
-        layer = noise_rng(params).standard_normal((h, w), dtype=np.float32)
+        # the reference draws H x W normals and zooms its central crop by ``zoom``: only that
+        # crop (1/zoom**2 of them) reaches the output, so only the crop is drawn
+        matrix = zoom_crop_matrix((h, w), zoom)
+        crop_h, crop_w = int(np.ceil(h / float(zoom))), int(np.ceil(w / float(zoom)))
+        matrix[:, 2] = 0.0  # coordinates relative to the crop
+        layer = noise_rng(params).standard_normal((crop_h, crop_w), dtype=np.float32)
         layer *= std
         layer += mean
-        layer = cv2.warpAffine(layer, zoom_crop_matrix((h, w), zoom), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
+        layer = cv2.warpAffine(layer, matrix, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
         layer[layer < threshold] = 0
         np.clip(layer, 0, 1, out=layer)
         layer = motion_blur(layer, radius, sigma, params["angle"])
@@ -79,9 +85,9 @@ class Snow(Corruption):
         flakes = layer + layer[::-1, ::-1]
         x = image.astype(np.float32)
         grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)
-        lifted = np.maximum(x, (grey * 1.5 + 127.5)[..., None])
-        out = weight * x + (1.0 - weight) * lifted
-        out += flakes[..., None]
+        lifted = cv2.max(x, grey3(grey * 1.5 + 127.5))
+        out = cv2.addWeighted(x, weight, lifted, 1.0 - weight, 0.0)
+        out += grey3(flakes)
         return to_uint8(out)
 
 
@@ -185,9 +191,10 @@ class Fog(Corruption):
         size = 1 << (max(h, w) - 1).bit_length()  # next power of two, as the reference
         fractal = plasma_fractal(size, decay, noise_rng(params))[:h, :w]
         peak = float(image.max()) / 255.0
-        out = image.astype(np.float32)
-        out += (255.0 * strength) * fractal[..., None]
-        out *= peak / (peak + strength)
+        scale = peak / (peak + strength)
+        # (x + 255 * strength * fractal) * scale, the fog plane computed once for the 3 channels
+        fog = grey3(fractal * np.float32(255.0 * strength * scale))
+        out = cv2.scaleAdd(image.astype(np.float32), scale, fog)
         return to_uint8(out)
 
 
@@ -218,7 +225,8 @@ class Brightness(Corruption):
 
     def corrupt(self, image, severity, params):
         value = np.maximum(np.maximum(image[..., 0], image[..., 1]), image[..., 2])
-        index = (value.astype(np.uint16) << 8)[..., None] | image
+        index = grey3(value.astype(np.uint16) << 8)
+        index |= image
         return _brightness_lut(severity)[index]
 
 
@@ -257,11 +265,12 @@ class Spatter(Corruption):
             peak = float(drops.max())
             if peak > 0:
                 drops *= amount / peak
-            out = x + drops[..., None] * WATER_RGB
+            out = x + grey3(drops) * WATER_RGB
         else:
             mask = (liquid > threshold).astype(np.float32)
             mask = gaussian_blur_like_skimage(mask, amount)
             mask[mask < 0.8] = 0
-            out = x * (1.0 - mask[..., None]) + mask[..., None] * MUD_RGB
+            mask3 = grey3(mask)
+            out = x * (1.0 - mask3) + mask3 * MUD_RGB
         out *= 255.0
         return to_uint8(out)
