@@ -144,7 +144,7 @@ class ZoomBlur(Corruption):
                 rgba, zoom_crop_matrix((h, w), factor), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
             )
             cv2.accumulate(layer, total)
-        out = total[..., :3]
+        out = cv2.cvtColor(total, cv2.COLOR_RGBA2RGB)  # contiguous: numpy on a strided view is 10x slower
         out *= 1.0 / (len(factors) + 1)
         return to_uint8(out)
 
