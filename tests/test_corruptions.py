@@ -162,3 +162,25 @@ def test_glass_blur_offsets_uniform_like_randint():
         values, counts = np.unique(offsets, return_counts=True)
         assert values.tolist() == list(range(-delta, delta))  # randint(-d, d): high end excluded
         assert np.all(np.abs(counts / counts.sum() - 1 / (2 * delta)) < 0.005)
+
+
+def test_glass_blur_kernel_follows_offsets():
+    """The compiled shuffle applies exactly the documented offsets, in the reference's scan order."""
+    from shiftbench.shifts.corruptions._kernels import shuffle_in_place
+    from shiftbench.shifts.corruptions.blur import GLASS, GlassBlur
+
+    image = photo_like(36, 45)
+    for severity in (2, 4):
+        _, delta, iterations = GLASS[severity - 1]
+        params = {"noise_seed": 11}
+        offsets = GlassBlur.offsets(image.shape, severity, params)
+        expected = image.copy()
+        h, w = image.shape[:2]
+        for it in range(iterations):  # the reference's loop, in Python
+            for i, hh in enumerate(range(h - delta, delta, -1)):
+                for j, ww in enumerate(range(w - delta, delta, -1)):
+                    dx, dy = offsets[it, i, j]
+                    expected[hh, ww] = expected[hh + dy, ww + dx]
+        ours = image.copy()
+        shuffle_in_place(ours, GlassBlur.raw_words(image.shape, severity, params), delta, iterations)
+        assert np.array_equal(ours, expected)

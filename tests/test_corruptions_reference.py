@@ -185,7 +185,8 @@ def test_glass_blur_shuffle_structure_matches_reference(monkeypatch):
         for k in range(3):
             params = shift.draw(Sample(image=image, id=str(k)), severity, seed=k)
             shuffled = image.copy()
-            shuffle_in_place(shuffled, GlassBlur.offset_words(image.shape, severity, params), GLASS[severity - 1][1])
+            _, delta, iterations = GLASS[severity - 1]
+            shuffle_in_place(shuffled, GlassBlur.raw_words(image.shape, severity, params), delta, iterations)
             ours.append(displacement_summary(shuffled))
             ref.append(displacement_summary(reference_corrupt(image, "glass_blur", severity, seed=k)))
         ours, ref = np.mean(ours, axis=0), np.mean(ref, axis=0)

@@ -20,21 +20,25 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def shuffle_in_place(image: np.ndarray, words: np.ndarray, delta: int) -> None:  # pragma: no cover - compiled
-    """Apply the reference's copies; ``words[it, i, j] = (wx, wy)`` for row H-delta-i, column W-delta-j.
+def shuffle_in_place(image: np.ndarray, raw: np.ndarray, delta: int, iterations: int) -> None:  # pragma: no cover - compiled
+    """Apply the reference's copies, scanning rows H-delta..delta+1 and columns W-delta..delta+1.
 
-    A 16-bit word w becomes the offset ``(w * 2 * delta) >> 16`` - delta, uniform on
-    [-delta, delta - 1] (exactly for delta = 1, 2, 4; within 2e-4 relative for delta = 3).
+    Copy number c (in scan order, all iterations) takes its (dx, dy) from 16-bit words 2c and
+    2c+1, word k being bits 16*(k%4).. of ``raw[k//4]``; a word w maps to ``(w * 2d >> 16) - d``,
+    uniform on [-d, d-1] (exactly for d = 1, 2, 4; within 1e-4 relative for d = 3).
     """
     height, width, channels = image.shape
     span = 2 * delta
-    for it in range(words.shape[0]):
-        for i in range(words.shape[1]):
-            h = height - delta - i
-            for j in range(words.shape[2]):
-                w = width - delta - j
-                wp = w + ((np.int64(words[it, i, j, 0]) * span) >> 16) - delta
-                hp = h + ((np.int64(words[it, i, j, 1]) * span) >> 16) - delta
+    k = 0
+    for it in range(iterations):
+        for h in range(height - delta, delta, -1):
+            for w in range(width - delta, delta, -1):
+                wx = (raw[k >> 2] >> np.uint64(16 * (k & 3))) & np.uint64(0xFFFF)
+                k += 1
+                wy = (raw[k >> 2] >> np.uint64(16 * (k & 3))) & np.uint64(0xFFFF)
+                k += 1
+                wp = w + ((np.int64(wx) * span) >> 16) - delta
+                hp = h + ((np.int64(wy) * span) >> 16) - delta
                 for c in range(channels):
                     image[h, w, c] = image[hp, wp, c]
 
@@ -92,3 +96,46 @@ def alias_sample(values: np.ndarray, raw: np.ndarray, table: np.ndarray, out: np
         column = word >> 24
         entry = table[(np.uint32(values[i]) << 8) | column]
         out[i] = column if (word & 0xFFFFFF) < (entry >> 8) else (entry & 0xFF)
+
+
+@numba.njit(cache=True, nogil=True)
+def diamond_square(size: int, decay: float, uniforms: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The reference's diamond-square height map (before normalisation), one point at a time.
+
+    Each level sets square centres, then left edges, then top edges, with wrap-around neighbours
+    and a perturbation ``wibble**2 * U(-1, 1)`` taken from ``uniforms`` (in [0, 1)) in that order.
+    """
+    grid = np.zeros((size, size), dtype=np.float32)
+    step = size
+    wibble = 100.0
+    k = 0
+    while step >= 2:
+        half = step // 2
+        n = size // step
+        amp = np.float32(wibble * wibble)
+        for i in range(n):
+            i1 = (i + 1) % n
+            for j in range(n):
+                j1 = (j + 1) % n
+                s = grid[i * step, j * step] + grid[i1 * step, j * step] + grid[i * step, j1 * step] + grid[i1 * step, j1 * step]
+                grid[i * step + half, j * step + half] = s * np.float32(0.25) + (uniforms[k] * np.float32(2.0) - np.float32(1.0)) * amp
+                k += 1
+        for i in range(n):
+            im = (i - 1) % n
+            for j in range(n):
+                j1 = (j + 1) % n
+                s = (grid[i * step + half, j * step + half] + grid[im * step + half, j * step + half]
+                     + grid[i * step, j * step] + grid[i * step, j1 * step])
+                grid[i * step, j * step + half] = s * np.float32(0.25) + (uniforms[k] * np.float32(2.0) - np.float32(1.0)) * amp
+                k += 1
+        for i in range(n):
+            i1 = (i + 1) % n
+            for j in range(n):
+                jm = (j - 1) % n
+                s = (grid[i * step + half, j * step + half] + grid[i * step + half, jm * step + half]
+                     + grid[i * step, j * step] + grid[i1 * step, j * step])
+                grid[i * step + half, j * step] = s * np.float32(0.25) + (uniforms[k] * np.float32(2.0) - np.float32(1.0)) * amp
+                k += 1
+        step //= 2
+        wibble /= decay
+    return grid

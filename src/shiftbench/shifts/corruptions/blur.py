@@ -73,33 +73,34 @@ class GlassBlur(Corruption):
         return {"noise_seed": draw_seed(rng)}
 
     @staticmethod
-    def offset_words(shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> np.ndarray:
-        """16-bit words that fix each copy's (dx, dy): (iterations, H-2d, W-2d, 2).
+    def raw_words(shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> np.ndarray:
+        """The 64-bit words holding every copy's two 16-bit offset words (see _kernels.shuffle_in_place).
 
-        The kernel maps a word w to ``(w * 2d >> 16) - d``, uniform on [-d, d-1] as the
-        reference's ``randint(-d, d)``; drawing 16-bit words is 7x cheaper than numpy's bounded
-        integers.
+        Raw PCG64 output, 4 offsets per word: 6x cheaper than numpy's bounded integers.
         """
         _, delta, iterations = GLASS[severity - 1]
         h, w = shape[:2]
-        return noise_rng(params).integers(
-            0, 1 << 16, size=(iterations, h - 2 * delta, w - 2 * delta, 2), dtype=np.uint16
-        )
+        n_words = 2 * iterations * (h - 2 * delta) * (w - 2 * delta)
+        return noise_rng(params).bit_generator.random_raw((n_words + 3) // 4)
 
     @staticmethod
     def offsets(shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> np.ndarray:
-        """The (dx, dy) of every copy, each in [-d, d-1] (what the kernel derives from the words)."""
-        delta = GLASS[severity - 1][1]
-        words = GlassBlur.offset_words(shape, severity, params).astype(np.int64)
-        return ((words * (2 * delta)) >> 16) - delta
+        """The (dx, dy) of every copy in scan order, (iterations, H-2d, W-2d, 2), each in [-d, d-1]."""
+        _, delta, iterations = GLASS[severity - 1]
+        h, w = shape[:2]
+        raw = GlassBlur.raw_words(shape, severity, params)
+        words = (raw[:, None] >> np.array([0, 16, 32, 48], dtype=np.uint64)) & np.uint64(0xFFFF)
+        n = 2 * iterations * (h - 2 * delta) * (w - 2 * delta)
+        values = ((words.reshape(-1)[:n].astype(np.int64) * (2 * delta)) >> 16) - delta
+        return values.reshape(iterations, h - 2 * delta, w - 2 * delta, 2)
 
     def corrupt(self, image, severity, params):
         from ._kernels import shuffle_in_place  # numba: compiled (and cached) on first use
 
-        sigma, delta, _ = GLASS[severity - 1]
+        sigma, delta, iterations = GLASS[severity - 1]
         blurred = gaussian_blur_like_skimage(image.astype(np.float32), sigma)
         shuffled = blurred.astype(np.uint8)  # the reference truncates to uint8 between the blurs
-        shuffle_in_place(shuffled, self.offset_words(image.shape, severity, params), delta)
+        shuffle_in_place(shuffled, self.raw_words(image.shape, severity, params), delta, iterations)
         return to_uint8(gaussian_blur_like_skimage(shuffled.astype(np.float32), sigma))
 
 
