@@ -194,17 +194,16 @@ def zoom_crop_matrix(shape: tuple[int, int], zoom: float) -> np.ndarray:
 @lru_cache(maxsize=256)
 def _motion_kernel_cached(radius: int, sigma: float, angle: float) -> tuple[np.ndarray, tuple[int, int]]:
     width = 2 * radius + 1
-    taps = np.exp(-(np.arange(width, dtype=np.float64) ** 2) / (2 * sigma**2))
+    steps = np.arange(width, dtype=np.float64)
+    taps = np.exp(-(steps**2) / (2 * sigma**2))
     taps /= taps.sum()
-    sin, cos = math.sin(math.radians(angle)), math.cos(math.radians(angle))
     # the reference shifts the image by (dx, dy) for tap i: out(y, x) += w_i * in(y - dy, x - dx)
-    dys = [-math.ceil(i * sin - 0.5) for i in range(width)]
-    dxs = [-math.ceil(i * cos - 0.5) for i in range(width)]
-    top, left = max(dys), max(dxs)
-    kernel = np.zeros((top - min(dys) + 1, left - min(dxs) + 1), dtype=np.float32)
-    for weight, dy, dx in zip(taps, dys, dxs):
-        kernel[top - dy, left - dx] += weight
-    return kernel, (left, top)
+    dys = -np.ceil(steps * math.sin(math.radians(angle)) - 0.5).astype(np.int64)
+    dxs = -np.ceil(steps * math.cos(math.radians(angle)) - 0.5).astype(np.int64)
+    top, left = int(dys.max()), int(dxs.max())
+    kernel = np.zeros((top - int(dys.min()) + 1, left - int(dxs.min()) + 1), dtype=np.float64)
+    np.add.at(kernel, (top - dys, left - dxs), taps)
+    return kernel.astype(np.float32), (left, top)
 
 
 def motion_kernel(radius: int, sigma: float, angle: float) -> tuple[np.ndarray, tuple[int, int]]:
@@ -240,34 +239,37 @@ def correlate(x: np.ndarray, kernel: np.ndarray, anchor: tuple[int, int], border
         return cv2.filter2D(x, -1, kernel, anchor=anchor, borderType=border)
     h, w = x.shape[:2]
     padded = cv2.copyMakeBorder(x, ay, kh - 1 - ay, ax, kw - 1 - ax, border)
+    channels = x.shape[2] if x.ndim == 3 else 1
     out = None
     for r0, r1, c0, c1 in _bands(kernel):
         band = np.ascontiguousarray(kernel[r0:r1, c0:c1])
         part = cv2.filter2D(padded, -1, band, anchor=(0, 0), borderType=cv2.BORDER_CONSTANT)
-        part = part[r0 : r0 + h, c0 : c0 + w]
+        # as rows of w*channels values: numpy on an (h, w, 3) strided view loops 3 at a time
+        part = part[r0 : r0 + h, c0 : c0 + w].reshape(h, w * channels)
         if out is None:
             out = part.copy()
         else:
             out += part
-    return out
+    return out.reshape(x.shape)
 
 
 def _bands(kernel: np.ndarray) -> list[tuple[int, int, int, int]]:
     """Split kernel rows greedily into bands whose non-zero bounding box stays under the DFT threshold."""
-    bands = []
-    nonzero_rows = [r for r in range(kernel.shape[0]) if np.any(kernel[r])]
-    start = None
-    cols: tuple[int, int] | None = None
-    for r in nonzero_rows:
-        nz = np.flatnonzero(kernel[r])
-        row_cols = (int(nz[0]), int(nz[-1]) + 1)
-        if start is not None:
-            merged = (min(cols[0], row_cols[0]), max(cols[1], row_cols[1]))
-            if (r + 1 - start) * (merged[1] - merged[0]) < _DIRECT_FILTER_CELLS and r == prev + 1:
-                cols, prev = merged, r
+    nonzero = kernel != 0
+    rows = np.flatnonzero(nonzero.any(axis=1)).tolist()
+    firsts = nonzero.argmax(axis=1).tolist()
+    lasts = (kernel.shape[1] - 1 - nonzero[:, ::-1].argmax(axis=1)).tolist()
+    bands: list[tuple[int, int, int, int]] = []
+    start = prev = lo = hi = -1
+    for r in rows:
+        if start >= 0 and r == prev + 1:
+            new_lo, new_hi = min(lo, firsts[r]), max(hi, lasts[r] + 1)
+            if (r + 1 - start) * (new_hi - new_lo) < _DIRECT_FILTER_CELLS:
+                prev, lo, hi = r, new_lo, new_hi
                 continue
-            bands.append((start, prev + 1, cols[0], cols[1]))
-        start, prev, cols = r, r, row_cols
-    if start is not None:
-        bands.append((start, prev + 1, cols[0], cols[1]))
+        if start >= 0:
+            bands.append((start, prev + 1, lo, hi))
+        start, prev, lo, hi = r, r, firsts[r], lasts[r] + 1
+    if start >= 0:
+        bands.append((start, prev + 1, lo, hi))
     return bands
