@@ -184,3 +184,12 @@ def test_glass_blur_kernel_follows_offsets():
         ours = image.copy()
         shuffle_in_place(ours, GlassBlur.raw_words(image.shape, severity, params), delta, iterations)
         assert np.array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("name", ["gaussian_noise", "glass_blur", "motion_blur", "jpeg_compression", "contrast"])
+def test_strided_input_same_as_contiguous(name):
+    image = photo_like(50, 64)
+    view = image[:, ::-1]  # a negative-stride view, as a flipped array arrives
+    shift = SHIFTS.create(name)
+    params = shift.draw(Sample(image=np.ascontiguousarray(view), id="0"), 2, seed=0)
+    assert shift.replay(Sample(image=view, id="0"), params).image.tobytes() == shift.replay(np.ascontiguousarray(view), params).tobytes()

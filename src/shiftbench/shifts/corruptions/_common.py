@@ -70,7 +70,7 @@ class Corruption(ImageShift):
     def apply_image(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         check_image(image, self.name)
         severity = self.check_severity(params.get("severity"))
-        return self.corrupt(image, severity, params)
+        return self.corrupt(np.ascontiguousarray(image), severity, params)
 
     def apply_images(self, images: Sequence[np.ndarray], params: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         return [self.apply_image(im, p) for im, p in zip(images, params)]
