@@ -201,8 +201,9 @@ def _motion_kernel_cached(radius: int, sigma: float, angle: float) -> tuple[np.n
     dys = -np.ceil(steps * math.sin(math.radians(angle)) - 0.5).astype(np.int64)
     dxs = -np.ceil(steps * math.cos(math.radians(angle)) - 0.5).astype(np.int64)
     top, left = int(dys.max()), int(dxs.max())
-    kernel = np.zeros((top - int(dys.min()) + 1, left - int(dxs.min()) + 1), dtype=np.float64)
-    np.add.at(kernel, (top - dys, left - dxs), taps)
+    shape = (top - int(dys.min()) + 1, left - int(dxs.min()) + 1)
+    flat_index = (top - dys) * shape[1] + (left - dxs)  # taps may share a cell: sum them
+    kernel = np.bincount(flat_index, weights=taps, minlength=shape[0] * shape[1]).reshape(shape)
     return kernel.astype(np.float32), (left, top)
 
 
