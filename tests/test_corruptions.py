@@ -193,3 +193,18 @@ def test_strided_input_same_as_contiguous(name):
     shift = SHIFTS.create(name)
     params = shift.draw(Sample(image=np.ascontiguousarray(view), id="0"), 2, seed=0)
     assert shift.replay(Sample(image=view, id="0"), params).image.tobytes() == shift.replay(np.ascontiguousarray(view), params).tobytes()
+
+
+def test_box_downscale_is_pillow_box():
+    """pixelate's compiled downscale gives Pillow's BOX resampling bit for bit."""
+    from PIL import Image
+
+    from shiftbench.shifts.corruptions.digital import PIXELATE, box_downscale
+
+    rng = np.random.default_rng(0)
+    for h, w in ((224, 224), (32, 32), (50, 77), (301, 530), (33, 97)):
+        image = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        for c in PIXELATE:
+            size = (int(w * c), int(h * c))
+            expected = np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BOX))
+            assert np.array_equal(box_downscale(image, *size), expected), (h, w, c)
