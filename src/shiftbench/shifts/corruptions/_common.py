@@ -39,7 +39,7 @@ MIN_SIDE = 32  # the reference refuses smaller images; several parameters assume
 class Corruption(ImageShift):
     """An ImageNet-C corruption: params always carry ``severity``; random ones add their draws.
 
-    Subclasses implement ``draw(image_shape, severity, rng)`` (random corruptions only) and
+    Subclasses implement ``draws(image_shape, severity, rng)`` (random corruptions only) and
     ``corrupt(image, severity, params)``. ``group`` is the ImageNet-C family.
     """
 
@@ -105,7 +105,10 @@ def noise_rng(params: dict[str, Any], key: str = "noise_seed") -> np.random.Gene
 
 
 def to_uint8(x: np.ndarray) -> np.ndarray:
-    """Clip to 0..255 and truncate, as the reference's ``np.uint8(np.clip(x, 0, 255))`` does."""
+    """Clip to 0..255 and truncate, as the reference's ``np.uint8(np.clip(x, 0, 255))`` does.
+
+    Float input is clipped in place (callers pass their own temporaries).
+    """
     return np.clip(x, 0, 255, out=x if x.dtype.kind == "f" else None).astype(np.uint8)
 
 
@@ -113,7 +116,7 @@ def to_uint8(x: np.ndarray) -> np.ndarray:
 #
 # The noise corruptions map a grey level v to a random uint8 output whose distribution depends
 # only on v (and the severity). We compute that distribution exactly from the reference formula
-# and sample it with Walker's alias method: one 32-bit random word and two table reads per
+# and sample it with Walker's alias method: one 32-bit random word and one packed-table read per
 # channel value, instead of a Gaussian or Poisson draw followed by float arithmetic.
 
 
@@ -192,14 +195,18 @@ def zoom_crop_matrix(shape: tuple[int, int], zoom: float) -> np.ndarray:
 
 
 @lru_cache(maxsize=256)
-def _motion_kernel_cached(radius: int, sigma: float, angle: float) -> tuple[np.ndarray, tuple[int, int]]:
-    width = 2 * radius + 1
-    steps = np.arange(width, dtype=np.float64)
+def _motion_kernel_cached(radius: int, sigma: float, angle: float, height: int, width: int) -> tuple[np.ndarray, tuple[int, int]]:
+    n_taps = 2 * radius + 1
+    steps = np.arange(n_taps, dtype=np.float64)
     taps = np.exp(-(steps**2) / (2 * sigma**2))
     taps /= taps.sum()
     # the reference shifts the image by (dx, dy) for tap i: out(y, x) += w_i * in(y - dy, x - dx)
     dys = -np.ceil(steps * math.sin(math.radians(angle)) - 0.5).astype(np.int64)
     dxs = -np.ceil(steps * math.cos(math.radians(angle)) - 0.5).astype(np.int64)
+    # ... and stops at the first shift as large as the image (weights not renormalised)
+    beyond = np.flatnonzero((np.abs(dys) >= height) | (np.abs(dxs) >= width))
+    if beyond.size:
+        taps, dys, dxs = taps[: beyond[0]], dys[: beyond[0]], dxs[: beyond[0]]
     top, left = int(dys.max()), int(dxs.max())
     shape = (top - int(dys.min()) + 1, left - int(dxs.min()) + 1)
     flat_index = (top - dys) * shape[1] + (left - dxs)  # taps may share a cell: sum them
@@ -207,18 +214,19 @@ def _motion_kernel_cached(radius: int, sigma: float, angle: float) -> tuple[np.n
     return kernel.astype(np.float32), (left, top)
 
 
-def motion_kernel(radius: int, sigma: float, angle: float) -> tuple[np.ndarray, tuple[int, int]]:
+def motion_kernel(radius: int, sigma: float, angle: float, shape: tuple[int, int] = (1 << 30, 1 << 30)) -> tuple[np.ndarray, tuple[int, int]]:
     """The reference's motion blur as one correlation kernel and its anchor (x, y).
 
     The reference sums 2*radius+1 shifted copies (edge pixels replicated) with half-Gaussian
-    weights along ``angle``; with BORDER_REPLICATE ``cv2.filter2D`` gives the same sum in one pass.
+    weights along ``angle``, stopping at the first shift as large as the image ``shape`` (only
+    possible below 41 px); with BORDER_REPLICATE ``cv2.filter2D`` gives the same sum in one pass.
     """
-    return _motion_kernel_cached(int(radius), float(sigma), float(angle))
+    return _motion_kernel_cached(int(radius), float(sigma), float(angle), int(shape[0]), int(shape[1]))
 
 
 def motion_blur(x: np.ndarray, radius: int, sigma: float, angle: float) -> np.ndarray:
     """The reference's motion blur of a float32 image (any channel count)."""
-    kernel, anchor = motion_kernel(radius, sigma, angle)
+    kernel, anchor = motion_kernel(radius, sigma, angle, x.shape[:2])
     return correlate(x, kernel, anchor, cv2.BORDER_REPLICATE)
 
 
