@@ -58,9 +58,36 @@ class DefocusBlur(Corruption):
 
     def corrupt(self, image, severity, params):
         radius, alias_blur = DEFOCUS[severity - 1]
-        # a dense kernel: OpenCV's DFT path beats bands of direct filters (1.7 vs 2.8 ms);
-        # border BORDER_REFLECT_101 as the reference (OpenCV's default)
-        return to_uint8(cv2.filter2D(image.astype(np.float32), -1, disk_kernel(radius, alias_blur)))
+        return to_uint8(disk_convolve(image, disk_kernel(radius, alias_blur), radius, alias_blur))
+
+
+@lru_cache(maxsize=32)
+def _disk_spectrum(rows: int, cols: int, radius: int, alias_blur: float) -> np.ndarray:
+    kernel = disk_kernel(radius, alias_blur)
+    padded = np.zeros((rows, cols), dtype=np.float32)
+    padded[: kernel.shape[0], : kernel.shape[1]] = kernel
+    return cv2.dft(padded)
+
+
+def disk_convolve(image: np.ndarray, kernel: np.ndarray, radius: int, alias_blur: float) -> np.ndarray:
+    """``cv2.filter2D(image, CV_32F, kernel)`` (border BORDER_REFLECT_101, the reference's) through a cached DFT.
+
+    The disk is dense (up to 21x21), so a DFT beats direct taps; unlike ``cv2.filter2D`` this
+    keeps the kernel's spectrum across calls (one per image size and severity). The kernel is
+    symmetric, so convolution and correlation agree.
+    """
+    h, w = image.shape[:2]
+    half = kernel.shape[0] // 2
+    rows = cv2.getOptimalDFTSize(h + 2 * half)
+    cols = cv2.getOptimalDFTSize(w + 2 * half)
+    spectrum = _disk_spectrum(rows, cols, radius, alias_blur)
+    padded = cv2.copyMakeBorder(image, half, rows - h - half, half, cols - w - half, cv2.BORDER_REFLECT_101)
+    planes = []
+    for plane in cv2.split(padded.astype(np.float32)):
+        product = cv2.mulSpectrums(cv2.dft(plane), spectrum, 0)
+        full = cv2.dft(product, flags=cv2.DFT_INVERSE | cv2.DFT_SCALE | cv2.DFT_REAL_OUTPUT)
+        planes.append(full[2 * half : 2 * half + h, 2 * half : 2 * half + w])
+    return cv2.merge(planes)
 
 
 @SHIFTS.register("glass_blur", description="Frosted-glass blur: blur, local pixel shuffle, blur (ImageNet-C)", group="blur")
