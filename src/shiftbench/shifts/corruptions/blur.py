@@ -1,7 +1,9 @@
 """Blur corruptions: defocus_blur, glass_blur, motion_blur, zoom_blur (ImageNet-C) and gaussian_blur (extra).
 
-All filtering is done by OpenCV in float32 on the whole 3-channel image; kernels, radii and
-border rules follow the reference (scikit-image / scipy / OpenCV calls of imagecorruptions).
+Filtering runs in OpenCV on float32 images (defocus through a DFT with a cached kernel
+spectrum, motion blur as banded direct filters, zoom as 4-channel uint8 warps); glass_blur's
+sequential shuffle is compiled (numba). Kernels, radii and border rules follow the reference
+(the scikit-image / scipy / OpenCV calls of imagecorruptions).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ class DefocusBlur(Corruption):
 
     def corrupt(self, image, severity, params):
         radius, alias_blur = DEFOCUS[severity - 1]
-        return to_uint8(disk_convolve(image, disk_kernel(radius, alias_blur), radius, alias_blur))
+        return to_uint8(disk_convolve(image, radius, alias_blur))
 
 
 @lru_cache(maxsize=32)
@@ -69,15 +71,15 @@ def _disk_spectrum(rows: int, cols: int, radius: int, alias_blur: float) -> np.n
     return cv2.dft(padded)
 
 
-def disk_convolve(image: np.ndarray, kernel: np.ndarray, radius: int, alias_blur: float) -> np.ndarray:
-    """``cv2.filter2D(image, CV_32F, kernel)`` (border BORDER_REFLECT_101, the reference's) through a cached DFT.
+def disk_convolve(image: np.ndarray, radius: int, alias_blur: float) -> np.ndarray:
+    """``cv2.filter2D(image, CV_32F, disk_kernel(...))`` (border BORDER_REFLECT_101, the reference's) via a cached DFT.
 
     The disk is dense (up to 21x21), so a DFT beats direct taps; unlike ``cv2.filter2D`` this
     keeps the kernel's spectrum across calls (one per image size and severity). The kernel is
     symmetric, so convolution and correlation agree.
     """
     h, w = image.shape[:2]
-    half = kernel.shape[0] // 2
+    half = disk_kernel(radius, alias_blur).shape[0] // 2
     rows = cv2.getOptimalDFTSize(h + 2 * half)
     cols = cv2.getOptimalDFTSize(w + 2 * half)
     spectrum = _disk_spectrum(rows, cols, radius, alias_blur)
@@ -162,19 +164,22 @@ class ZoomBlur(Corruption):
         # nearest level, and the mean of 11-16 layers averages that rounding away. Four-channel
         # images take OpenCV's vectorised path: 3x faster per warp than three channels.
         rgba = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA)
-        total = np.zeros((h, w, 4), dtype=np.float32)
-        cv2.accumulate(rgba, total)
-        for factor in factors:
-            if factor == 1.0:  # the identity zoom
-                cv2.accumulate(rgba, total)
-                continue
-            layer = cv2.warpAffine(
-                rgba, zoom_crop_matrix((h, w), factor), (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
-            )
+        total = rgba.astype(np.float32)
+        total *= 2.0  # the image itself and the zoom by 1.0 (factors[0]), which is the identity
+        layer = np.empty_like(rgba)
+        for matrix in _zoom_matrices(h, w, severity):
+            cv2.warpAffine(rgba, matrix, (w, h), dst=layer, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
             cv2.accumulate(layer, total)
         out = cv2.cvtColor(total, cv2.COLOR_RGBA2RGB)  # contiguous: numpy on a strided view is 10x slower
         out *= 1.0 / (len(factors) + 1)
         return to_uint8(out)
+
+
+@lru_cache(maxsize=64)
+def _zoom_matrices(h: int, w: int, severity: int) -> tuple[np.ndarray, ...]:
+    factors = ZoomBlur.factors(severity)
+    assert factors[0] == 1.0
+    return tuple(zoom_crop_matrix((h, w), factor) for factor in factors[1:])
 
 
 @SHIFTS.register("gaussian_blur", description="Gaussian blur (ImageNet-C extra)", group="extra")
