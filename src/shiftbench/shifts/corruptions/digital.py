@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 
 import cv2
 import numpy as np
-from PIL import Image
 
 from ...registry import SHIFTS
 from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, grey3, noise_rng, to_uint8
