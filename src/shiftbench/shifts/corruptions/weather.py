@@ -1,0 +1,258 @@
+"""Weather corruptions: snow, frost, fog, brightness (ImageNet-C) and spatter (extra).
+
+frost blends in one of five overlays shipped in ``shiftbench/data/frost`` (generated
+procedurally by ``tools/make_frost_overlays.py``; the reference's photographs are not shipped).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cv2
+import numpy as np
+
+from ...errors import ShiftbenchError
+from ...registry import SHIFTS
+from ._common import (
+    Corruption,
+    draw_seed,
+    gaussian_blur_like_skimage,
+    grey3,
+    motion_blur,
+    noise_rng,
+    to_uint8,
+    zoom_crop_matrix,
+)
+
+__all__ = ["Snow", "Frost", "Fog", "Brightness", "Spatter", "plasma_fractal", "FROST_DIR"]
+
+# (mean, std, zoom, threshold, blur radius, blur sigma, image weight)
+SNOW = (
+    (0.1, 0.3, 3, 0.5, 10, 4, 0.8),
+    (0.2, 0.3, 2, 0.5, 12, 4, 0.7),
+    (0.55, 0.3, 4, 0.9, 12, 8, 0.7),
+    (0.55, 0.3, 4.5, 0.85, 12, 8, 0.65),
+    (0.55, 0.3, 2.5, 0.85, 12, 12, 0.55),
+)
+FROST = ((1, 0.4), (0.8, 0.6), (0.7, 0.7), (0.65, 0.7), (0.6, 0.75))  # (image weight, frost weight)
+FROST_DIR = Path(__file__).resolve().parents[2] / "data" / "frost"
+FROST_FILES = tuple(f"frost{i}.png" for i in range(1, 6))
+FOG = ((1.5, 2), (2.0, 2), (2.5, 1.7), (2.5, 1.5), (3.0, 1.4))  # (strength, roughness decay)
+BRIGHTNESS = (0.1, 0.2, 0.3, 0.4, 0.5)
+# (mean, std, sigma, threshold, intensity or mud blur sigma, mud?)
+SPATTER = (
+    (0.65, 0.3, 4, 0.69, 0.6, 0),
+    (0.65, 0.3, 3, 0.68, 0.6, 0),
+    (0.65, 0.3, 2, 0.68, 0.5, 0),
+    (0.65, 0.3, 1, 0.65, 1.5, 1),
+    (0.67, 0.4, 1, 0.65, 1.5, 1),
+)
+WATER_RGB = np.array([175, 238, 238], dtype=np.float32) / 255.0  # pale turquoise
+MUD_RGB = np.array([63, 42, 20], dtype=np.float32) / 255.0
+
+
+# -- snow -----------------------------------------------------------------------------------------
+
+
+@SHIFTS.register("snow", description="Falling snow over a greyed image (ImageNet-C)", group="weather")
+class Snow(Corruption):
+    """Snow (ImageNet-C): thresholded zoomed noise, motion-blurred into streaks, added twice (rotated)."""
+
+    group: ClassVar[str] = "weather"
+
+    def draws(self, shape, severity, rng) -> dict[str, Any]:
+        return {"noise_seed": draw_seed(rng), "angle": float(rng.uniform(-135.0, -45.0))}
+
+    def corrupt(self, image, severity, params):
+        mean, std, zoom, threshold, radius, sigma, weight = SNOW[severity - 1]
+        h, w = image.shape[:2]
+        # the reference draws H x W normals and zooms its central crop by ``zoom``: only that
+        # crop (1/zoom**2 of them) reaches the output, so only the crop is drawn
+        matrix = zoom_crop_matrix((h, w), zoom)
+        crop_h, crop_w = int(np.ceil(h / float(zoom))), int(np.ceil(w / float(zoom)))
+        matrix[:, 2] = 0.0  # coordinates relative to the crop
+        layer = noise_rng(params).standard_normal((crop_h, crop_w), dtype=np.float32)
+        layer *= std
+        layer += mean
+        layer = cv2.warpAffine(layer, matrix, (w, h), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP)
+        layer[layer < threshold] = 0
+        np.clip(layer, 0, 1, out=layer)
+        layer = motion_blur(layer, radius, sigma, params["angle"])
+        # the reference rounds the snow layer to 8 bits before adding it
+        layer = np.round(layer * 255.0)
+        flakes = layer + layer[::-1, ::-1]
+        x = image.astype(np.float32)
+        grey = cv2.cvtColor(x, cv2.COLOR_RGB2GRAY)
+        lifted = cv2.max(x, grey3(grey * 1.5 + 127.5))
+        out = cv2.addWeighted(x, weight, lifted, 1.0 - weight, 0.0)
+        out += grey3(flakes)
+        return to_uint8(out)
+
+
+# -- frost ----------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def frost_overlay(index: int) -> np.ndarray:
+    """Frost overlay ``index`` (0..4) as an RGB uint8 array."""
+    path = FROST_DIR / FROST_FILES[index]
+    overlay = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if overlay is None:
+        raise ShiftbenchError(f"frost overlay {path} is missing or unreadable (reinstall shiftbench)")
+    return np.ascontiguousarray(overlay[..., ::-1])
+
+
+@lru_cache(maxsize=64)
+def _rescaled_overlay(index: int, height: int, width: int) -> np.ndarray:
+    # as the reference: scale up only when the image is larger than the overlay, then by 1.1 more
+    overlay = frost_overlay(index)
+    oh, ow = overlay.shape[:2]
+    scale = max(1.0, height / oh, width / ow) * 1.1
+    size = (int(np.ceil(ow * scale)), int(np.ceil(oh * scale)))
+    return cv2.resize(overlay, size, interpolation=cv2.INTER_CUBIC)
+
+
+@SHIFTS.register("frost", description="Frost crystals over the lens (ImageNet-C)", group="weather")
+class Frost(Corruption):
+    """Frost (ImageNet-C): a random crop of a frost overlay blended over the image."""
+
+    group: ClassVar[str] = "weather"
+
+    def draws(self, shape, severity, rng) -> dict[str, Any]:
+        h, w = shape[:2]
+        index = int(rng.integers(len(FROST_FILES)))
+        oh, ow = _rescaled_overlay(index, h, w).shape[:2]
+        return {"overlay": index, "top": int(rng.integers(0, oh - h)), "left": int(rng.integers(0, ow - w))}
+
+    def corrupt(self, image, severity, params):
+        image_weight, frost_weight = FROST[severity - 1]
+        h, w = image.shape[:2]
+        overlay = _rescaled_overlay(int(params["overlay"]), h, w)
+        top, left = int(params["top"]), int(params["left"])
+        crop = overlay[top : top + h, left : left + w]
+        if crop.shape != image.shape:
+            raise ShiftbenchError(f"frost params {params} do not fit a {w}x{h} image")
+        return to_uint8(cv2.addWeighted(image, image_weight, crop, frost_weight, 0.0, dtype=cv2.CV_32F))
+
+
+# -- fog ------------------------------------------------------------------------------------------
+
+
+def plasma_fractal(size: int, decay: float, rng: np.random.Generator) -> np.ndarray:
+    """Diamond-square height map in [0, 1] of side ``size`` (a power of two), as the reference.
+
+    The perturbation at each level is ``wibble * U(-wibble, wibble)``, wibble = 100 / decay**level.
+    The point updates are compiled (numba): 0.2 ms instead of 0.75 ms for numpy's strided,
+    wrap-around slices at 256 x 256.
+    """
+    from ._kernels import diamond_square
+
+    if size < 2 or size & (size - 1):
+        raise ValueError(f"plasma fractal size must be a power of two >= 2, got {size}")
+    uniforms = rng.random(size * size - 1, dtype=np.float32)  # one per point but the corner
+    grid = diamond_square(size, float(decay), uniforms)
+    grid -= grid.min()
+    grid /= grid.max()
+    return grid
+
+
+@SHIFTS.register("fog", description="Fog from a plasma fractal (ImageNet-C)", group="weather")
+class Fog(Corruption):
+    """Fog (ImageNet-C): a diamond-square fractal added, then the range compressed."""
+
+    group: ClassVar[str] = "weather"
+
+    def draws(self, shape, severity, rng) -> dict[str, Any]:
+        return {"noise_seed": draw_seed(rng)}
+
+    def corrupt(self, image, severity, params):
+        strength, decay = FOG[severity - 1]
+        h, w = image.shape[:2]
+        size = 1 << (max(h, w) - 1).bit_length()  # next power of two, as the reference
+        fractal = plasma_fractal(size, decay, noise_rng(params))[:h, :w]
+        peak = float(image.max()) / 255.0
+        scale = peak / (peak + strength)
+        # (x + 255 * strength * fractal) * scale, the fog plane computed once for the 3 channels
+        fog = grey3(fractal * np.float32(255.0 * strength * scale))
+        out = cv2.scaleAdd(image.astype(np.float32), scale, fog)
+        return to_uint8(out)
+
+
+# -- brightness -----------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def _brightness_lut(severity: int) -> np.ndarray:
+    """out[value, channel] for value = max channel: HSV V raised by c with hue and saturation kept."""
+    c = BRIGHTNESS[severity - 1]
+    v = np.arange(256, dtype=np.float64)[:, None] / 255.0
+    ch = np.arange(256, dtype=np.float64)[None, :] / 255.0
+    raised = np.minimum(v + c, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(v > 0, ch * (raised / v), raised)
+    return (np.clip(out, 0, 1) * 255).astype(np.uint8).reshape(-1)
+
+
+@SHIFTS.register("brightness", description="Brightness raised in HSV (ImageNet-C)", group="weather")
+class Brightness(Corruption):
+    """Brightness (ImageNet-C): HSV value + 0.1..0.5, hue and saturation kept.
+
+    With hue and saturation fixed every channel scales by V'/V, so the whole corruption is a
+    256x256 table indexed by (max channel, channel).
+    """
+
+    group: ClassVar[str] = "weather"
+
+    def corrupt(self, image, severity, params):
+        value = np.maximum(np.maximum(image[..., 0], image[..., 1]), image[..., 2])
+        index = grey3(value.astype(np.uint16) << 8)
+        index |= image
+        return _brightness_lut(severity)[index]
+
+
+# -- spatter --------------------------------------------------------------------------------------
+
+
+@SHIFTS.register("spatter", description="Water or mud spatter (ImageNet-C extra)", group="extra")
+class Spatter(Corruption):
+    """Spatter (ImageNet-C extra): water drops (severity 1-3) or mud (4-5) from thresholded noise."""
+
+    group: ClassVar[str] = "extra"
+
+    def draws(self, shape, severity, rng) -> dict[str, Any]:
+        return {"noise_seed": draw_seed(rng)}
+
+    def corrupt(self, image, severity, params):
+        mean, std, sigma, threshold, amount, mud = SPATTER[severity - 1]
+        h, w = image.shape[:2]
+        liquid = noise_rng(params).standard_normal((h, w), dtype=np.float32)
+        liquid *= std
+        liquid += mean
+        liquid = gaussian_blur_like_skimage(liquid, sigma)
+        liquid[liquid < threshold] = 0
+        x = image.astype(np.float32) / 255.0
+        if not mud:
+            liquid8 = (np.clip(liquid, 0, 1) * 255).astype(np.uint8)
+            dist = 255 - cv2.Canny(liquid8, 50, 150)
+            dist = cv2.distanceTransform(dist, cv2.DIST_L2, 5)
+            _, dist = cv2.threshold(dist, 20, 20, cv2.THRESH_TRUNC)
+            dist = cv2.blur(dist, (3, 3)).astype(np.uint8)
+            dist = cv2.equalizeHist(dist)
+            emboss = np.array([[-2, -1, 0], [-1, 1, 1], [0, 1, 2]], dtype=np.float32)
+            dist = cv2.filter2D(dist, cv2.CV_8U, emboss)
+            dist = cv2.blur(dist, (3, 3)).astype(np.float32)
+            drops = liquid8 * dist
+            peak = float(drops.max())
+            if peak > 0:
+                drops *= amount / peak
+            out = x + grey3(drops) * WATER_RGB
+        else:
+            mask = (liquid > threshold).astype(np.float32)
+            mask = gaussian_blur_like_skimage(mask, amount)
+            mask[mask < 0.8] = 0
+            mask3 = grey3(mask)
+            out = x * (1.0 - mask3) + mask3 * MUD_RGB
+        out *= 255.0
+        return to_uint8(out)
