@@ -121,3 +121,36 @@ def test_jpeg_is_recorded_as_lossy(tmp_path):
     generate("_test_tiny", ["_test_noise"], [1], tmp_path / "j", fmt="jpeg", jpeg_quality=80, limit=2)
     rec = json.loads((tmp_path / "j" / "manifest.jsonl").read_text().splitlines()[0])
     assert rec["output"].endswith(".jpg") and "lossy" in rec["format"] and "80" in rec["format"]
+
+
+def test_corruption_groups_expand():
+    assert len(resolve_shifts(["all"])) == 19
+    assert len(resolve_shifts(["common"])) == 15
+    assert resolve_shifts(["noise"]) == ["gaussian_noise", "shot_noise", "impulse_noise"]
+    assert resolve_shifts(["blur,noise"])[:4] == ["defocus_blur", "glass_blur", "motion_blur", "zoom_blur"]
+    assert set(resolve_shifts(["text"])) == {"text_swap", "text_qwerty", "text_remove_char", "text_remove_space",
+                                             "text_misspelling", "text_repetition", "text_homophone"}
+
+
+def test_generate_real_corruptions_on_an_image_folder(tmp_path):
+    """A folder in, the same layout out, every output equal to the corruption replayed from the manifest."""
+    from PIL import Image
+
+    import shiftbench as sb
+    from conftest import make_image
+
+    src = tmp_path / "data"
+    for cls in ("n01440764", "n01443537"):
+        (src / cls).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(make_image(48 + 8 * i, 64, seed=i)).save(src / cls / f"img{i}.png")
+    summary = generate(str(src), resolve_shifts(["noise", "glass_blur"]), [1, 5], tmp_path / "out", workers=2)
+    assert summary["written"] == 4 * 2 * 6
+    records = [json.loads(x) for x in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    data = sb.load_dataset(str(src))
+    by_id = {data.sample_id(i): i for i in range(len(data))}
+    for rec in records[::5]:
+        assert rec["output"].startswith(f"{rec['shift']}/{rec['severity']}/n014")
+        sample = data.load(by_id[rec["id"]])
+        expected = sb.create_shift(rec["shift"]).replay(sample, rec["params"]).image
+        assert np.array_equal(load_image(tmp_path / "out" / rec["output"]), expected)

@@ -32,8 +32,6 @@ JOURNAL = "manifest.partial.jsonl"
 CONFIG = "generate.json"
 CHUNK = 16
 
-# Groups of image corruptions (by the ``group`` meta of the registry); "all" is the 15 of ImageNet-C.
-IMAGENET_C_GROUPS = ("noise", "blur", "weather", "digital")
 
 
 def parse_severities(text: str | int | Sequence[int]) -> list[int]:
@@ -59,15 +57,22 @@ def parse_severities(text: str | int | Sequence[int]) -> list[int]:
 
 
 def resolve_shifts(items: Iterable[str]) -> list[str]:
-    """Expand shift names, comma lists, globs and groups (all, noise, blur, weather, digital, extra, text)."""
+    """Expand shift names, comma lists, globs and groups.
+
+    Corruption groups: ``all`` (the 19), ``common`` (the 15 of ImageNet-C), ``noise``, ``blur``,
+    ``weather``, ``digital``, ``extra``; any other ``group`` of the registry (``text``, ``background``,
+    ``attribute``) works the same way.
+    """
+    from ..shifts.corruptions import CORRUPTION_GROUPS
+
     names: list[str] = []
     entries = SHIFTS.entries()
     for item in items:
         for word in (w.strip() for w in str(item).split(",")):
             if not word:
                 continue
-            if word == "all":
-                found = [e.name for e in entries if e.meta.get("group") in IMAGENET_C_GROUPS]
+            if word in CORRUPTION_GROUPS:
+                found = list(CORRUPTION_GROUPS[word])
             elif any(e.meta.get("group") == word for e in entries):
                 found = [e.name for e in entries if e.meta.get("group") == word]
             elif any(ch in word for ch in "*?["):
