@@ -197,3 +197,17 @@ def test_retriever_outputs_and_checkpoint_round_trip(tmp_path):
     shared = SumFusion(encoder=SharedModel())
     fused = shared.compose(shared.image_features(images), shared.text_features(["a", "b", "c"]))
     assert np.allclose(np.linalg.norm(fused, axis=1), 1, atol=1e-5)
+
+
+def test_tables_from_rows(rows):
+    from shiftbench.report.retrieval import category_table, gamma_table, recall_table
+
+    recall = recall_table(rows)
+    clean = _value(rows, "combiner", "clean", 0, "R@10")["value"]
+    assert f"| combiner | " in recall and f"{100 * clean:.1f}" in recall
+    gammas = gamma_table(rows, k=10)
+    g = _value(rows, "image_only", "_test_noise", 5, "gamma@10")["value"]
+    assert "| _test_noise | 5 |" in gammas and f"{g:.3f}" in gammas and "| text_swap | 3 |" in gammas
+    categories = category_table(rows, k=10)
+    for c in ("background", "attribute", "removal", "numerical", "object_swap", "fine_grained"):
+        assert f"| {c} |" in categories

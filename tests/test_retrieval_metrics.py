@@ -37,6 +37,7 @@ def test_retrieve_topk_and_ranks_match_brute_force(batch_size):
     gallery = rng.normal(size=(60, 16)).astype(np.float32)
     gallery[10] = gallery[11]  # an exact tie
     targets = rng.integers(0, 60, 30)
+    targets[:2] = [11, 10]  # targets tied with another gallery image
     exclude = (targets + 5) % 60
     top, vals, ranks = retrieve(queries, gallery, targets, exclude, k=8, batch_size=batch_size)
     scores = queries @ gallery.T

@@ -76,7 +76,7 @@ def retrieve(queries: np.ndarray, gallery: np.ndarray, targets: Sequence[int] | 
         ex = exclude[start:stop]
         has = ex >= 0
         scores[rows[has], ex[has]] = -np.inf
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < g else np.tile(order, (stop - start, 1))
+        part = _topk_indices(scores, k) if k < g else np.tile(order, (stop - start, 1))
         vals = np.take_along_axis(scores, part, axis=1)
         # sort the k by descending score, then by gallery index (stable tie order)
         sort = np.lexsort((part, -vals), axis=1)
@@ -85,9 +85,24 @@ def retrieve(queries: np.ndarray, gallery: np.ndarray, targets: Sequence[int] | 
         if ranks is not None:
             t = targets[start:stop]
             ts = scores[rows, t][:, None]
-            ahead = (scores > ts) | ((scores == ts) & (order[None, :] < t[:, None]))
-            ranks[start:stop] = 1 + ahead.sum(axis=1)
+            block = 1 + np.count_nonzero(scores > ts, axis=1)
+            # exact ties with the target are rare: only those rows pay for the gallery-order rule
+            tied = np.flatnonzero(np.count_nonzero(scores == ts, axis=1) > 1)
+            for r in tied:
+                block[r] += int(np.count_nonzero(scores[r, :t[r]] == ts[r, 0]))
+            ranks[start:stop] = block
     return top_idx, top_val, ranks
+
+
+def _topk_indices(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest scores per row, unordered (torch.topk when torch is installed: several
+    times faster than numpy's argpartition on a (1000, 10000) block). Among exact ties at the k-th
+    place either may be chosen."""
+    try:
+        import torch
+    except ImportError:
+        return np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    return torch.topk(torch.from_numpy(scores), k, dim=1, sorted=False).indices.numpy()
 
 
 # -- the gallery and the queries ----------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -40,12 +41,32 @@ from ..errors import ShiftbenchError
 
 __all__ = [
     "ComposedRetriever", "ImageOnly", "TextOnly", "SumFusion", "Combiner", "EfficientNetImageEncoder",
-    "MiniLMTextEncoder", "SharedSpaceEncoder", "normalize", "default_checkpoint", "load_checkpoint",
+    "MiniLMTextEncoder", "SharedSpaceEncoder", "normalize", "torch_threads", "default_checkpoint", "load_checkpoint",
     "RETRIEVERS",
 ]
 
 RETRIEVERS = ("image_only", "text_only", "sum_fusion", "combiner")
 CHECKPOINT_NAME = "cir_combiner"
+
+
+@contextmanager
+def torch_threads():
+    """Run torch with ``SHIFTBENCH_RETRIEVAL_THREADS`` intra-op threads (default 1), then restore.
+
+    Why 1: on a shared, oversubscribed CPU (2 cores, load 10) torch's spinning worker threads made
+    EfficientNet features 3x and combiner training 8x slower with 2 threads than with 1 (measured here).
+    Set the variable to 0 to keep torch's own choice on a machine of your own.
+    """
+    import torch
+
+    wanted = int(os.environ.get("SHIFTBENCH_RETRIEVAL_THREADS", "1"))
+    old = torch.get_num_threads()
+    if wanted > 0:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def normalize(x: Any, axis: int = -1) -> np.ndarray:
@@ -83,7 +104,7 @@ class EfficientNetImageEncoder:
                      else cv2.resize(im, (self.size, self.size), interpolation=cv2.INTER_AREA)
                      for im in images[start:start + self.batch_size]]
             x = (np.stack(batch).astype(np.float32) - 127.0) / 128.0
-            with torch.inference_mode():
+            with torch_threads(), torch.inference_mode():
                 f = self.model.module.extract_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
                 out.append(f.mean(dim=(2, 3)).numpy())
         return normalize(np.concatenate(out))
@@ -100,7 +121,8 @@ class MiniLMTextEncoder:
 
         if not len(texts):
             return np.zeros((0, self.dim), np.float32)
-        return normalize(minilm_encoder()(list(texts)))
+        with torch_threads():
+            return normalize(minilm_encoder()(list(texts)))
 
 
 class SharedSpaceEncoder:
@@ -350,6 +372,6 @@ class Combiner(ComposedRetriever):
         self._check_pair(image_features, text_features)
         import torch
 
-        with torch.inference_mode():
+        with torch_threads(), torch.inference_mode():
             out = self.net(torch.from_numpy(normalize(image_features)), torch.from_numpy(normalize(text_features)))
         return normalize(out.numpy())

@@ -20,7 +20,7 @@ from ..errors import ShiftbenchError
 
 __all__ = ["CombinerNet", "encode_split", "train_retrievers", "TRAIN_DEFAULTS"]
 
-TRAIN_DEFAULTS = {"epochs": 60, "hidden": 256, "dropout": 0.3, "lr": 1e-3, "weight_decay": 1e-2, "batch_size": 64,
+TRAIN_DEFAULTS = {"epochs": 30, "hidden": 256, "dropout": 0.3, "lr": 1e-3, "weight_decay": 1e-2, "batch_size": 64,
                   "seed": 0, "dataset_seed": 0, "image_size": 128}
 
 
@@ -142,7 +142,7 @@ def _fit(model: Any, forward: Callable, train: dict, val: dict, settings: dict, 
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += loss.item() * len(idx)
         model.eval()
         with torch.no_grad():
             scores = (forward(model, val_images, val_texts) @ val_gallery.T).numpy()
@@ -163,6 +163,13 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
 
     ``out`` is the ``.safetensors`` path; the config goes to the same name with ``.json``. Returns the config.
     """
+    from .retrieval import torch_threads
+
+    with torch_threads():
+        return _train(out, log, command, overrides)
+
+
+def _train(out: Any, log: Callable[[str], None] | None, command: str | None, overrides: dict) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
     from .retrieval import _bundled_image_encoder, _bundled_text_encoder
@@ -207,6 +214,7 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
         "combiner": {k: v for k, v in comb_report.items() if k != "history"},
         "seconds": {"features": round(t_features, 1), "total": round(time.perf_counter() - t0, 1)},
         "command": command or "shiftbench train-retriever",
+        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
     tmp = out.with_name(out.name + ".tmp")
