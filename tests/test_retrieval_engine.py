@@ -211,3 +211,15 @@ def test_tables_from_rows(rows):
     categories = category_table(rows, k=10)
     for c in ("background", "attribute", "removal", "numerical", "object_swap", "fine_grained"):
         assert f"| {c} |" in categories
+
+
+def test_all_tables_split_image_and_text_shifts(rows):
+    from shiftbench.report.retrieval import retrieval_tables
+
+    text = retrieval_tables(rows, k=10)
+    image_part = text.split("### gamma@10, image shifts at severity 5")[1].split("###")[0]
+    text_part = text.split("### gamma@10, text shifts at severity 3")[1].split("###")[0]
+    curves = text.split("### gamma@10 by severity")[1].split("###")[0]
+    assert "| _test_noise | 5 |" in image_part and "text_swap" not in image_part and "| 2 |" not in image_part
+    assert "| text_swap | 3 |" in text_part and "_test_noise" not in text_part
+    assert "| _test_noise | 2 |" in curves and "| _test_noise | 5 |" in curves

@@ -47,14 +47,20 @@ def recall_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def gamma_table(rows: Sequence[dict[str, Any]], k: int = 10, shifts: Sequence[str] | None = None) -> str:
-    """gamma@k per (shift, severity) and retriever; R@k under the shift in brackets; clean R@k on top."""
+def gamma_table(rows: Sequence[dict[str, Any]], k: int = 10, shifts: Sequence[str] | None = None,
+                severity: int | None = None) -> str:
+    """gamma@k per (shift, severity) and retriever; R@k under the shift in brackets; clean R@k on top.
+
+    ``shifts`` / ``severity`` keep only those shifts / that severity; the last line is the mean gamma
+    over the rows shown.
+    """
     idx = _index(rows)
     models = _models(rows)
     conditions = []
     for r in rows:
         key = (r["shift"], r["severity"])
-        if r["shift"] != "clean" and key not in conditions and (shifts is None or r["shift"] in shifts):
+        if r["shift"] != "clean" and key not in conditions and (shifts is None or r["shift"] in shifts) \
+                and (severity is None or r["severity"] == severity):
             conditions.append(key)
     lines = ["| shift | severity | " + " | ".join(f"{m} gamma@{k} (R@{k})" for m in models) + " |",
              "|---|---|" + "---|" * len(models)]
@@ -97,10 +103,23 @@ def category_table(rows: Sequence[dict[str, Any]], k: int = 10) -> str:
 
 
 def retrieval_tables(rows: Sequence[dict[str, Any]], k: int = 10) -> str:
-    """All three tables as one markdown text."""
-    return "\n\n".join([f"### Clean recall\n\n{recall_table(rows)}",
-                        f"### Relative robustness gamma@{k}\n\n{gamma_table(rows, k)}",
-                        f"### Recall per category (clean)\n\n{category_table(rows, k)}"])
+    """The tables as one markdown text: clean recall, gamma of image shifts at severity 5, of text shifts
+    at severity 3, every severity of shifts run at several, recall per category."""
+    from ..registry import SHIFTS
+
+    names = list(dict.fromkeys(r["shift"] for r in rows if r["shift"] != "clean"))  # spec order
+    text = [n for n in names if n in SHIFTS and getattr(SHIFTS.get(n), "kind", "image") == "text"]
+    image = [n for n in names if n not in text]
+    curves = [n for n in names if len({r["severity"] for r in rows if r["shift"] == n}) > 1]
+    parts = [f"### Clean recall\n\n{recall_table(rows)}"]
+    if image:
+        parts.append(f"### gamma@{k}, image shifts at severity 5\n\n{gamma_table(rows, k, image, 5)}")
+    if text:
+        parts.append(f"### gamma@{k}, text shifts at severity 3\n\n{gamma_table(rows, k, text, 3)}")
+    if curves:
+        parts.append(f"### gamma@{k} by severity\n\n{gamma_table(rows, k, curves)}")
+    parts.append(f"### Recall per category (clean)\n\n{category_table(rows, k)}")
+    return "\n\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
