@@ -223,3 +223,20 @@ def test_all_tables_split_image_and_text_shifts(rows):
     assert "| _test_noise | 5 |" in image_part and "text_swap" not in image_part and "| 2 |" not in image_part
     assert "| text_swap | 3 |" in text_part and "_test_noise" not in text_part
     assert "| _test_noise | 2 |" in curves and "| _test_noise | 5 |" in curves
+
+
+def test_train_retriever_cli_refuses_a_bad_path_and_bad_settings(tmp_path, capsys):
+    from shiftbench.cli import main
+    from shiftbench.models.retrieval_training import train_retrievers
+
+    assert main(["train-retriever", "--out", str(tmp_path / "weights.pt")]) == 2
+    assert "must end in .safetensors" in capsys.readouterr().err
+    with pytest.raises(ShiftbenchError, match="unknown settings"):
+        train_retrievers(tmp_path / "w.safetensors", learning_rate=0.1)
+
+
+def test_spec_of_retrievers_cannot_mix_other_models():
+    from shiftbench.errors import SpecError
+
+    with pytest.raises(SpecError, match="cannot mix retrievers"):
+        evaluate({**SPEC, "models": ["image_only", "dummy_classifier"]})

@@ -207,9 +207,13 @@ def load_checkpoint(path: Any, image_key: str, text_key: str, train_if_missing: 
     if not path.exists():
         if not (default and train_if_missing):
             raise ShiftbenchError(f"{path}: retriever checkpoint not found (make one with shiftbench train-retriever)")
+        import sys
+
         from .retrieval_training import train_retrievers
 
-        train_retrievers(path)
+        print(f"no retriever checkpoint at {path}: training one now (a few minutes on a CPU)", file=sys.stderr)
+        train_retrievers(path, log=lambda message: print(message, file=sys.stderr),
+                         command="shiftbench evaluate (trained on first use)")
     config_path = path.with_suffix(".json")
     if not config_path.exists():
         raise ShiftbenchError(f"{config_path}: the checkpoint's config is missing")
