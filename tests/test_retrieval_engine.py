@@ -204,7 +204,7 @@ def test_tables_from_rows(rows):
 
     recall = recall_table(rows)
     clean = _value(rows, "combiner", "clean", 0, "R@10")["value"]
-    assert f"| combiner | " in recall and f"{100 * clean:.1f}" in recall
+    assert "| combiner | " in recall and f"{100 * clean:.1f}" in recall
     gammas = gamma_table(rows, k=10)
     g = _value(rows, "image_only", "_test_noise", 5, "gamma@10")["value"]
     assert "| _test_noise | 5 |" in gammas and f"{g:.3f}" in gammas and "| text_swap | 3 |" in gammas
@@ -240,3 +240,18 @@ def test_spec_of_retrievers_cannot_mix_other_models():
 
     with pytest.raises(SpecError, match="cannot mix retrievers"):
         evaluate({**SPEC, "models": ["image_only", "dummy_classifier"]})
+
+
+def test_cirr_folder_runs_with_keyword_categories(tmp_path, retrievers):
+    from test_datasets_readers import make_cirr
+
+    make_cirr(tmp_path)
+    spec = {**SPEC, "dataset": str(tmp_path), "dataset_params": {}, "limit": None,
+            "shifts": ["clean", {"name": "_test_noise", "severity": 5}, {"name": "text_qwerty", "severity": 2}]}
+    spec.pop("limit")
+    rows = evaluate(spec, models=retrievers)
+    assert _value(rows, "combiner", "clean", 0, "R@1")["n"] == 2
+    assert _value(rows, "image_only", "clean", 0, "R@1[attribute]")["n"] == 1  # "make it red"
+    assert _value(rows, "image_only", "clean", 0, "R@1[numerical]")["n"] == 1  # "two of them"
+    assert _value(rows, "text_only", "clean", 0, "R_subset@3")["n"] == 2
+    assert _value(rows, "sum_fusion", "text_qwerty", 2, "gamma@50")["value"] is not None

@@ -217,7 +217,10 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     gallery = GalleryIndex.of(dataset)
     clean_queries = [dataset.load(i) for i in range(n_queries)]
     targets, exclude, subsets = validate_queries(clean_queries, gallery)
-    categories = [q.category for q in clean_queries]
+    # queries without a category (CIRR) get the CIRR-D keyword category of their text, for R@K[category]
+    from ..shifts.retrieval import primary_category
+
+    categories = [q.category or primary_category(q.text) for q in clean_queries]
 
     run_id = store.start_run(spec.raw, spec.seed, run_id=run_id, versions=versions(), git_hash=git_hash(),
                              name=spec.name)
