@@ -229,6 +229,27 @@ def demo_cmd(out: str, quick: bool) -> None:
     run_demo(out, quick=quick)
 
 
+# -- train-retriever (issue 9: composed image retrieval) ----------------------------------------------
+@cli.command("train-retriever")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Checkpoint path (.safetensors; config beside it as .json). Default: the user cache.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Training epochs (default 60).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+def train_retriever_cmd(out: str | None, epochs: int | None, seed: int) -> None:
+    """Train the combiner and text_only's projection on objects-cir train (CPU, minutes)."""
+    from .models.retrieval import cache_dir, CHECKPOINT_NAME
+    from .models.retrieval_training import train_retrievers
+
+    path = Path(out) if out else cache_dir() / f"{CHECKPOINT_NAME}.safetensors"
+    command = "shiftbench train-retriever" + (f" --epochs {epochs}" if epochs else "") + f" --seed {seed}"
+    overrides: dict[str, Any] = {"seed": seed}
+    if epochs:
+        overrides["epochs"] = epochs
+    train_retrievers(path, log=lambda message: click.echo(message, err=True), command=command, **overrides)
+    click.echo(str(path))
+# -- end of train-retriever ---------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning user mistakes into one-line errors (exit status 2)."""
     try:

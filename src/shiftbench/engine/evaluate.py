@@ -129,6 +129,12 @@ class _Runner:
         from .provenance import git_hash, versions
 
         spec = self.spec
+        # -- composed retrieval (issue 9): a spec of retrievers runs its own loop in engine/retrieval.py
+        from .retrieval import is_retrieval_spec, run_retrieval
+
+        if is_retrieval_spec(spec):
+            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models)
+        # -- end of the composed-retrieval hook
         dataset = self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)

@@ -26,3 +26,12 @@ for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP):
 METRICS.add_lazy("text_similarity", "shiftbench.metrics.text:TextSimilarity",
                  description="mean cosine similarity of caption embeddings (MiniLM by default, CLIP text when given)",
                  task="captioning", higher_is_better=True)
+
+# composed image retrieval (lazy only for symmetry: the module needs numpy alone)
+for _name, _cls, _hib, _text in (
+    ("recall", "Recall", True, "Recall@K over the gallery, K = 1, 5, 10, 50 (R@K)"),
+    ("recall_subset", "RecallSubset", True, "Recall_subset@K within the query's subset, K = 1, 2, 3"),
+    ("rank", "RankStats", False, "mean and median rank of the target"),
+):
+    METRICS.add_lazy(_name, f"shiftbench.metrics.retrieval:{_cls}", description=_text, task="retrieval",
+                     higher_is_better=_hib)

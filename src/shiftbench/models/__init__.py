@@ -49,3 +49,13 @@ MODELS.add_scheme("open_clip", "shiftbench.models.open_clip_models:create",
 MODELS.add_scheme("hf", "shiftbench.models.hf:create",
                   description="transformers: CLIP/SigLIP zero-shot, DETR-style detector, semantic segmenter, "
                               "BLIP-2 captioner: hf:ID_OR_PATH")
+
+# composed image retrieval (task "retrieval"): bundled EfficientNet-Lite0 image + MiniLM text encoders
+for _name, _cls, _text in (
+    ("image_only", "ImageOnly", "reference image features alone (text ignored)"),
+    ("text_only", "TextOnly", "modification text projected into the image space (learned linear)"),
+    ("sum_fusion", "SumFusion", "normalised sum of image and text features in one space"),
+    ("combiner", "Combiner", "CLIP4CIR-style learned fusion on frozen encoders"),
+):
+    MODELS.add_lazy(_name, f"shiftbench.models.retrieval:{_cls}", description=f"composed retrieval: {_text}",
+                    task="retrieval", bundled=True)

@@ -1,0 +1,133 @@
+"""Composed-retrieval metrics: target ranks, Recall@K, Recall_subset@K, mean / median rank, gamma.
+
+Ranks are 1-based. Ties are broken by gallery order (a stable sort on descending score), so the rank of
+a target equals its position in ``np.argsort(-scores, kind="stable")`` with the excluded items removed:
+``1 + #(score > target score) + #(score == target score and earlier in the gallery)``.
+
+>>> import numpy as np
+>>> scores = np.array([[0.1, 0.9, 0.5], [0.7, 0.2, 0.7]])
+>>> target_ranks(scores, [2, 2]).tolist()
+[2, 2]
+>>> recall_at_k([1, 2, 7], ks=(1, 5))
+{'R@1': 0.3333333333333333, 'R@5': 0.6666666666666666}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from .base import Metric
+from .robustness import relative_robustness
+
+__all__ = ["RECALL_KS", "SUBSET_KS", "target_ranks", "recall_at_k", "rank_summary", "gamma",
+           "Recall", "RecallSubset", "RankStats"]
+
+RECALL_KS = (1, 5, 10, 50)  # CIRR's defaults
+SUBSET_KS = (1, 2, 3)
+
+
+def target_ranks(scores: Any, targets: Sequence[int], exclude: Sequence[int] | None = None) -> np.ndarray:
+    """1-based rank of each query's target among the gallery columns of ``scores`` (Q, G).
+
+    ``exclude[q]`` (or -1) is a column left out of query q's ranking (its reference image). Vectorised:
+    one comparison of every score against the target's score.
+    """
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ShiftbenchError(f"scores must be a (queries, gallery) matrix, got shape {scores.shape}")
+    q, g = scores.shape
+    targets = np.asarray(targets, dtype=np.int64).reshape(-1)
+    if len(targets) != q:
+        raise ShiftbenchError(f"{q} queries but {len(targets)} targets")
+    if q and (targets.min() < 0 or targets.max() >= g):
+        raise ShiftbenchError(f"target index outside the gallery of {g}")
+    rows = np.arange(q)
+    target_scores = scores[rows, targets][:, None]
+    earlier = np.arange(g)[None, :] < targets[:, None]
+    ahead = (scores > target_scores) | ((scores == target_scores) & earlier)
+    if exclude is not None:
+        exclude = np.asarray(exclude, dtype=np.int64).reshape(-1)
+        if len(exclude) != q:
+            raise ShiftbenchError(f"{q} queries but {len(exclude)} excluded items")
+        if np.any((exclude == targets) & (exclude >= 0)):
+            bad = int(np.flatnonzero(exclude == targets)[0])
+            raise ShiftbenchError(f"query {bad}: its target is the excluded reference image")
+        valid = exclude >= 0
+        ahead[rows[valid], exclude[valid]] = False
+    return 1 + ahead.sum(axis=1)
+
+
+def recall_at_k(ranks: Sequence[int], ks: Sequence[int] = RECALL_KS, prefix: str = "R") -> dict[str, float]:
+    """Fraction of queries whose target ranks within the top K, per K (NaN without queries)."""
+    ranks = np.asarray(ranks, dtype=np.int64)
+    return {f"{prefix}@{k}": float((ranks <= k).mean()) if ranks.size else float("nan") for k in ks}
+
+
+def rank_summary(ranks: Sequence[int]) -> dict[str, float]:
+    """Mean and median target rank (lower is better)."""
+    ranks = np.asarray(ranks, dtype=np.float64)
+    if not ranks.size:
+        return {"mean_rank": float("nan"), "median_rank": float("nan")}
+    return {"mean_rank": float(ranks.mean()), "median_rank": float(np.median(ranks))}
+
+
+def gamma(clean: float, corrupted: float) -> float:
+    """Relative robustness gamma = 1 - (R_clean - R_corrupted) / R_clean (1: unaffected)."""
+    return relative_robustness(clean, corrupted)
+
+
+class _RankMetric(Metric):
+    """Accumulates target ranks; subclasses turn them into values."""
+
+    task = "retrieval"
+    field = "ranks"
+
+    def reset(self) -> None:
+        self.n = 0
+        self.ranks: list[int] = []
+
+    def update(self, predictions: Any, targets: Any = None) -> None:
+        """``predictions``: a dict with ``ranks`` and ``subset_ranks`` (None where a query has no subset)."""
+        values = predictions[self.field] if isinstance(predictions, dict) else predictions
+        values = [int(r) for r in values if r is not None]
+        if any(r < 1 for r in values):
+            raise ShiftbenchError(f"{self.name}: ranks are 1-based, got {min(values)}")
+        self.ranks.extend(values)
+        self.n += len(values)
+
+    def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
+        self.update(outputs)
+
+
+class Recall(_RankMetric):
+    """Recall@K over the whole gallery, K = 1, 5, 10, 50 (``R@K``)."""
+
+    name = "recall"
+    higher_is_better = True
+
+    def compute(self) -> dict[str, float]:
+        return recall_at_k(self.ranks, RECALL_KS)
+
+
+class RecallSubset(_RankMetric):
+    """Recall_subset@K within each query's subset gallery, K = 1, 2, 3 (``R_subset@K``)."""
+
+    name = "recall_subset"
+    higher_is_better = True
+    field = "subset_ranks"
+
+    def compute(self) -> dict[str, float]:
+        return recall_at_k(self.ranks, SUBSET_KS, prefix="R_subset")
+
+
+class RankStats(_RankMetric):
+    """Mean and median rank of the target (``mean_rank``, ``median_rank``; lower is better)."""
+
+    name = "rank"
+    higher_is_better = False
+
+    def compute(self) -> dict[str, float]:
+        return rank_summary(self.ranks)
