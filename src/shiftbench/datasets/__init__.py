@@ -9,6 +9,10 @@ from ..errors import ShiftbenchError
 from ..registry import DATASETS
 from .base import Dataset, Subset
 
+# Importing the reader and dataset modules registers them in DATASETS (they import numpy and the
+# standard library only; Pillow is imported when an image is read).
+from . import coco, imagefolder, objects, photos, retrieval, voc  # noqa: E402,F401
+
 __all__ = ["Dataset", "Subset", "load"]
 
 

@@ -1,1 +1,28 @@
-"""Metrics: stateful update/compute classes over pure functions (registered on import)."""
+"""Metrics: stateful update/compute classes over pure functions (registered on import).
+
+Classification (``top1``, ``top5``, ``ece``), segmentation (``miou``, ``foreground_iou``), detection
+(``box_ap``, ``mask_ap``) and captioning (``text_similarity``, lazy: it loads sentence-transformers).
+Robustness summaries are pure functions in :mod:`shiftbench.metrics.robustness`.
+
+>>> from shiftbench.registry import METRICS
+>>> m = METRICS.create("top1"); m.update([[0.1, 0.9]], [1]); m.compute()
+{'top1': 1.0}
+"""
+
+from __future__ import annotations
+
+from ..registry import METRICS
+from .base import Metric, check_task
+from .classification import ECE, Top1, Top5, TopK
+from .detection import BoxAP, MaskAP
+from .segmentation import ForegroundIoU, MeanIoU
+
+__all__ = ["Metric", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "MeanIoU", "ForegroundIoU",
+           "BoxAP", "MaskAP"]
+
+for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP):
+    METRICS.add(_cls.name, _cls, description=(_cls.__doc__ or "").strip().splitlines()[0], task=_cls.task,
+                higher_is_better=_cls.higher_is_better)
+METRICS.add_lazy("text_similarity", "shiftbench.metrics.text:TextSimilarity",
+                 description="mean cosine similarity of caption embeddings (MiniLM by default, CLIP text when given)",
+                 task="captioning", higher_is_better=True)

@@ -1,0 +1,160 @@
+"""Shared reader machinery: safe paths inside a dataset root, and the corrupt-image policy.
+
+Every reader resolves the file names it finds in annotation files with :func:`resolve_inside`, which refuses
+absolute paths, ``..`` and symlinks that lead out of the root. Images are checked when a reader is built
+(``verify="header"``: the file opens as an image, cheap) and decoded on ``load``; ``on_error`` says what a bad
+file does: ``"fail"`` (default) raises :class:`BadImagesError` naming every bad file, ``"skip"`` leaves them
+out and reports them in ``dataset.skipped`` and with a warning. Nothing is dropped without a report.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from ..errors import ImageError, ShiftbenchError
+from .base import Dataset
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+ON_ERROR = ("fail", "skip")
+VERIFY = ("header", "full", "none")
+T = TypeVar("T")
+
+
+class BadImagesError(ImageError):
+    """One or more images that cannot be read; ``files`` holds ``(path, reason)`` for each."""
+
+    def __init__(self, files: Sequence[tuple[str, str]], root: Path | str):
+        self.files = list(files)
+        shown = "; ".join(f"{name} ({reason})" for name, reason in self.files[:10])
+        more = f"; and {len(self.files) - 10} more" if len(self.files) > 10 else ""
+        super().__init__(
+            f"{len(self.files)} unreadable image(s) under {root}: {shown}{more} "
+            "(pass on_error='skip' to leave them out and report them)"
+        )
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ShiftbenchError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_root(root: Any, kind: str, want_dir: bool = True) -> Path:
+    """The dataset root as a Path; a clear error when it is missing or of the wrong kind."""
+    if root is None:
+        raise ShiftbenchError(f"{kind}: root= is required (the dataset folder)")
+    path = Path(os.fspath(root)).expanduser()
+    if not path.exists():
+        raise ShiftbenchError(f"{kind}: {path} does not exist")
+    if want_dir and not path.is_dir():
+        raise ShiftbenchError(f"{kind}: {path} is not a folder")
+    return path
+
+
+def resolve_inside(root: Path, name: Any, what: str = "path") -> Path:
+    """``root / name`` resolved, refusing names that escape ``root``.
+
+    Refused: absolute paths (POSIX or Windows style), any ``..`` component, and names whose resolved
+    target (after following symlinks) lies outside the resolved root.
+
+    >>> resolve_inside(Path("/data"), "../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    shiftbench.errors.ShiftbenchError: path '../etc/passwd' escapes the dataset root /data (contains '..')
+    """
+    if not isinstance(name, str) or not name:
+        raise ShiftbenchError(f"{what} must be a non-empty string, got {name!r}")
+    posix, windows = PurePosixPath(name), PureWindowsPath(name)
+    if posix.is_absolute() or windows.is_absolute() or windows.drive or name.startswith(("\\", "/")):
+        raise ShiftbenchError(f"{what} {name!r} is absolute; paths in annotation files must be relative to {root}")
+    if ".." in posix.parts or ".." in windows.parts:
+        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {root} (contains '..')")
+    real_root = root.resolve()
+    target = (root / name).resolve()
+    if target != real_root and real_root not in target.parents:
+        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {root} (a symlink leads to {target})")
+    return root / name
+
+
+def check_image_file(path: Path, verify: str) -> str | None:
+    """Why ``path`` is not a usable image (None if it is), by the chosen thoroughness."""
+    if verify == "none":
+        return None
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            if verify == "full":
+                img.load()
+    except FileNotFoundError:
+        return "file not found"
+    except IsADirectoryError:
+        return "is a directory"
+    except UnidentifiedImageError:
+        return "not an image or corrupt"
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"cannot read: {exc}"
+    return None
+
+
+def screen(items: Sequence[T], paths: Callable[[T], Sequence[Path]], root: Path, on_error: str,
+           verify: str) -> tuple[list[T], list[tuple[str, str]]]:
+    """Check the image files of each item; fail or drop bad items by ``on_error``. Returns (kept, bad)."""
+    kept: list[T] = []
+    bad: list[tuple[str, str]] = []
+    for item in items:
+        problems = []
+        for path in paths(item):
+            reason = check_image_file(path, verify)
+            if reason is not None:
+                problems.append((_relative(path, root), reason))
+        if problems:
+            bad.extend(p for p in problems if p not in bad)
+        else:
+            kept.append(item)
+    if bad and on_error == "fail":
+        raise BadImagesError(bad, root)
+    if bad:
+        warnings.warn(f"{len(bad)} unreadable image(s) under {root} skipped: "
+                      + ", ".join(name for name, _ in bad[:10]) + (" ..." if len(bad) > 10 else ""),
+                      stacklevel=3)
+    return kept, bad
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+class ReaderDataset(Dataset):
+    """A reader with the corrupt-image policy: ``skipped`` lists every file left out and why.
+
+    Iterating in ``on_error="skip"`` mode also skips (and records) files that passed the cheap check at
+    construction but fail to decode; ``load(i)`` always raises for such a file, naming it.
+    """
+
+    on_error: str = "fail"
+    skipped: list[tuple[str, str]]
+    root: Path
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            try:
+                yield self.load(i)
+            except ImageError as exc:
+                if self.on_error != "skip":
+                    raise
+                entry = (self.sample_id(i), str(exc))
+                self.skipped.append(entry)
+                warnings.warn(f"skipped unreadable image: {exc}", stacklevel=2)
+
+    def info(self) -> dict[str, Any]:
+        info = super().info()
+        info["root"] = str(self.root)
+        info["skipped"] = len(self.skipped)
+        return info

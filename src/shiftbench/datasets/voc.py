@@ -1,0 +1,148 @@
+"""Pascal VOC segmentation reader: JPEGImages + SegmentationClass / SegmentationObject palette PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ImageError, ShiftbenchError
+from ..registry import DATASETS
+from ..sample import Sample, load_image
+from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
+
+VOC_CLASSES = [
+    "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+    "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor",
+]
+VOID = 255
+
+
+def voc_colormap(n: int = 256) -> np.ndarray:
+    """The VOC palette: index bits spread over the high bits of R, G and B (index 255 is the void colour)."""
+    index = np.arange(n)
+    cmap = np.zeros((n, 3), dtype=np.int64)
+    for shift in range(8):
+        for channel in range(3):
+            bit = (index >> (shift * 3 + channel)) & 1
+            cmap[:, channel] |= bit << (7 - shift)
+    return cmap.astype(np.uint8)
+
+
+def read_label_png(path: Path) -> np.ndarray:
+    """An HxW uint8 index map from a VOC label PNG: palette indices, or RGB mapped back through the VOC palette."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            if img.mode in ("P", "L"):
+                return np.asarray(img, dtype=np.uint8).copy()
+            rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except FileNotFoundError:
+        raise ImageError(f"{path}: label file not found") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"{path}: cannot read label image ({exc})") from None
+    cmap = voc_colormap().astype(np.int64)
+    codes = (cmap[:, 0] << 16) | (cmap[:, 1] << 8) | cmap[:, 2]
+    lookup = dict(zip(codes.tolist(), range(256)))
+    pixel_codes = (rgb[..., 0].astype(np.int64) << 16) | (rgb[..., 1].astype(np.int64) << 8) | rgb[..., 2]
+    unique, inverse = np.unique(pixel_codes, return_inverse=True)
+    unknown = [u for u in unique.tolist() if u not in lookup]
+    if unknown:
+        raise ImageError(f"{path}: RGB label image has colours outside the VOC palette (e.g. #{unknown[0]:06x})")
+    return np.array([lookup[u] for u in unique.tolist()], dtype=np.uint8)[inverse.reshape(rgb.shape[:2])]
+
+
+@DATASETS.register("voc", description="Pascal VOC segmentation reader: JPEGImages + SegmentationClass / "
+                   "SegmentationObject palette PNGs", reader=True, annotations=("mask", "boxes", "box_labels"))
+class VocSegmentation(ReaderDataset):
+    """Pascal VOC segmentation layout (``root`` is ``VOC2012/`` or a ``VOCdevkit/`` holding one year).
+
+    Image ids come from ``ImageSets/Segmentation/<split>.txt`` (when present; else every
+    ``SegmentationClass/*.png``). Each Sample's ``mask`` is the uint8 class map (0 background, 1..20 the
+    VOC classes, 255 void/boundary); with SegmentationObject, ``meta["instance_mask"]`` is the object map
+    and ``boxes`` / ``box_labels`` are each object's extent and majority class.
+    """
+
+    annotations = ("mask", "boxes", "box_labels")
+    num_classes = len(VOC_CLASSES)
+    class_names = list(VOC_CLASSES)
+
+    def __init__(self, root: Any = None, split: str = "val", on_error: str = "fail", verify: str = "header"):
+        root = check_root(root, "voc")
+        if not (root / "JPEGImages").is_dir():
+            years = sorted(p for p in root.glob("VOC*") if (p / "JPEGImages").is_dir())
+            if len(years) != 1:
+                raise ShiftbenchError(f"voc: {root} has no JPEGImages/ folder (nor exactly one VOC*/ holding one)")
+            root = years[0]
+        if not (root / "SegmentationClass").is_dir():
+            raise ShiftbenchError(f"voc: {root} has no SegmentationClass/ folder")
+        self.root = root
+        self.split = split
+        self.on_error = check_choice("on_error", on_error, ON_ERROR)
+        check_choice("verify", verify, VERIFY)
+        list_file = root / "ImageSets" / "Segmentation" / f"{split}.txt"
+        if list_file.is_file():
+            ids = [line.split()[0] for line in list_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        elif (root / "ImageSets" / "Segmentation").is_dir():
+            raise ShiftbenchError(f"voc: no split {split!r} ({list_file} not found)")
+        else:
+            ids = sorted(p.stem for p in (root / "SegmentationClass").glob("*.png"))
+        self.has_objects = (root / "SegmentationObject").is_dir()
+        for image_id in ids:
+            for folder, ext in self._parts():
+                resolve_inside(root, f"{folder}/{image_id}{ext}", "image id")
+
+        def files(image_id: str) -> list[Path]:
+            return [root / folder / f"{image_id}{ext}" for folder, ext in self._parts()]
+
+        self._ids, self.skipped = screen(ids, files, root, on_error, verify)
+        self.description = f"Pascal VOC segmentation {root.name} ({split})"
+
+    def _parts(self) -> list[tuple[str, str]]:
+        parts = [("JPEGImages", ".jpg"), ("SegmentationClass", ".png")]
+        return parts + ([("SegmentationObject", ".png")] if self.has_objects else [])
+
+    @staticmethod
+    def detect(path: Path) -> bool:
+        path = Path(path)
+        if not path.is_dir():
+            return False
+        if (path / "JPEGImages").is_dir() and (path / "SegmentationClass").is_dir():
+            return True
+        return any((p / "JPEGImages").is_dir() and (p / "SegmentationClass").is_dir() for p in path.glob("VOC*"))
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def sample_id(self, index: int) -> str:
+        return self._ids[index]
+
+    def load(self, index: int) -> Sample:
+        image_id = self._ids[index]
+        path = self.root / "JPEGImages" / f"{image_id}.jpg"
+        image = load_image(path)
+        classes = read_label_png(self.root / "SegmentationClass" / f"{image_id}.png")
+        if classes.shape != image.shape[:2]:
+            raise ImageError(f"{image_id}: label map {classes.shape} differs from image {image.shape[:2]}")
+        meta: dict[str, Any] = {"path": str(path), "mask_type": "semantic", "void": VOID}
+        boxes = labels = None
+        if self.has_objects:
+            objects = read_label_png(self.root / "SegmentationObject" / f"{image_id}.png")
+            if objects.shape != classes.shape:
+                raise ImageError(f"{image_id}: object map {objects.shape} differs from image {classes.shape}")
+            meta["instance_mask"] = objects
+            box_list, label_list = [], []
+            for k in np.unique(objects):
+                if k in (0, VOID):
+                    continue
+                ys, xs = np.nonzero(objects == k)
+                box_list.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
+                cls = classes[ys, xs]
+                cls = cls[(cls != 0) & (cls != VOID)]
+                label_list.append(int(np.bincount(cls).argmax()) if cls.size else 0)
+            boxes = np.array(box_list, dtype=np.float32).reshape(-1, 4)
+            labels = np.array(label_list, dtype=np.int64)
+        return Sample(image=image, mask=classes, boxes=boxes, box_labels=labels, id=image_id, meta=meta)

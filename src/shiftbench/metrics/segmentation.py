@@ -1,0 +1,166 @@
+"""Segmentation metrics: confusion matrix, per-class and mean IoU, and foreground IoU for class-agnostic masks.
+
+>>> cm = confusion_matrix(np.array([[0, 1], [1, 1]]), np.array([[0, 1], [0, 1]]), num_classes=2)
+>>> cm.tolist()
+[[1, 1], [0, 2]]
+>>> iou_from_confusion(cm).round(3).tolist()
+[0.5, 0.667]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from .base import Metric
+
+__all__ = ["confusion_matrix", "iou_from_confusion", "mean_iou", "foreground_iou", "MeanIoU", "ForegroundIoU"]
+
+
+def confusion_matrix(prediction: Any, target: Any, num_classes: int, ignore_index: int | None = 255) -> np.ndarray:
+    """int64 (C, C) counts: rows = target class, columns = predicted class; ``ignore_index`` pixels skipped.
+
+    Predictions outside 0..C-1 are an error (a model/dataset label-space mismatch).
+    """
+    prediction = np.asarray(prediction)
+    target = np.asarray(target)
+    if prediction.shape != target.shape:
+        raise ShiftbenchError(f"prediction shape {prediction.shape} does not match target shape {target.shape}")
+    t = target.reshape(-1).astype(np.int64)
+    p = prediction.reshape(-1).astype(np.int64)
+    keep = t != ignore_index if ignore_index is not None else np.ones_like(t, dtype=bool)
+    t, p = t[keep], p[keep]
+    if t.size and (t.min() < 0 or t.max() >= num_classes):
+        raise ShiftbenchError(f"target labels must lie in 0..{num_classes - 1} (or {ignore_index}), got {t.min()}..{t.max()}")
+    if p.size and (p.min() < 0 or p.max() >= num_classes):
+        raise ShiftbenchError(f"predicted labels must lie in 0..{num_classes - 1}, got {p.min()}..{p.max()}")
+    return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+
+
+def iou_from_confusion(cm: Any) -> np.ndarray:
+    """Per-class IoU = TP / (TP + FP + FN); NaN for classes absent from both target and prediction."""
+    cm = np.asarray(cm, dtype=np.float64)
+    tp = np.diag(cm)
+    union = cm.sum(axis=0) + cm.sum(axis=1) - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(union > 0, tp / union, np.nan)
+
+
+def mean_iou(cm: Any) -> float:
+    """Mean of the per-class IoUs over classes present in target or prediction."""
+    iou = iou_from_confusion(cm)
+    return float(np.nanmean(iou)) if np.isfinite(iou).any() else float("nan")
+
+
+def foreground_iou(prediction: Any, target: Any, threshold: float = 0.5) -> float:
+    """IoU of one binary mask pair; float predictions are thresholded (``>= threshold``). 1.0 if both empty."""
+    pred = _binary(prediction, threshold)
+    tgt = np.asarray(target).astype(bool)
+    if pred.shape != tgt.shape:
+        raise ShiftbenchError(f"prediction shape {pred.shape} does not match target shape {tgt.shape}")
+    union = np.logical_or(pred, tgt).sum()
+    return float(np.logical_and(pred, tgt).sum() / union) if union else 1.0
+
+
+def _binary(mask: Any, threshold: float) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.dtype.kind == "f":
+        if not np.isfinite(mask).all():
+            raise ShiftbenchError("foreground probabilities contain NaN/inf")
+        return mask >= threshold
+    return mask.astype(bool) if mask.dtype == bool else mask > 0
+
+
+class MeanIoU(Metric):
+    """Mean IoU from a confusion matrix accumulated over all pixels of all images (Pascal VOC / ADE style).
+
+    ``compute`` gives ``miou``; ``state()`` the per-class IoU and the confusion matrix.
+    """
+
+    name = "miou"
+    task = "segmentation"
+    higher_is_better = True
+
+    def __init__(self, num_classes: int | None = None, ignore_index: int | None = 255):
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        super().__init__()
+
+    def reset(self) -> None:
+        self.n = 0
+        self._cm = None if self.num_classes is None else np.zeros((self.num_classes, self.num_classes), np.int64)
+
+    def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        if len(predictions) != len(targets):
+            raise ShiftbenchError(f"miou: {len(predictions)} predictions for {len(targets)} targets")
+        for pred, tgt in zip(predictions, targets):
+            pred = np.asarray(pred)
+            if pred.dtype.kind == "f":
+                raise ShiftbenchError("miou takes integer label maps; use Segmenter.predict_masks, not scores")
+            if self._cm is None:
+                raise ShiftbenchError("miou needs num_classes (the model's label_space.num_classes)")
+            self._cm += confusion_matrix(pred, tgt, self.num_classes, self.ignore_index)
+            self.n += 1
+
+    def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
+        targets = [s.meta.get("segmentation", s.mask) for s in samples]
+        if any(t is None for t in targets):
+            raise ShiftbenchError("miou needs a label map on every sample (sample.mask or meta['segmentation'])")
+        self.update(outputs, targets)
+
+    def compute(self) -> dict[str, float]:
+        if self._cm is None or not self.n:
+            return {self.name: float("nan")}
+        return {self.name: mean_iou(self._cm)}
+
+    def state(self) -> dict[str, Any]:
+        if self._cm is None:
+            return {}
+        iou = iou_from_confusion(self._cm)
+        return {"per_class_iou": [None if np.isnan(v) else float(v) for v in iou], "confusion": self._cm.tolist()}
+
+
+class ForegroundIoU(Metric):
+    """Class-agnostic foreground IoU, averaged over images (``foreground_iou``); ``state()`` adds the
+    pooled IoU (all pixels together)."""
+
+    name = "foreground_iou"
+    task = "segmentation"
+    higher_is_better = True
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = float(threshold)
+        super().__init__()
+
+    def reset(self) -> None:
+        self.n = 0
+        self._sum = 0.0
+        self._inter = 0
+        self._union = 0
+
+    def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        if len(predictions) != len(targets):
+            raise ShiftbenchError(f"foreground_iou: {len(predictions)} predictions for {len(targets)} targets")
+        for pred, tgt in zip(predictions, targets):
+            p = _binary(pred, self.threshold)
+            t = np.asarray(tgt).astype(bool) if np.asarray(tgt).dtype.kind != "f" else np.asarray(tgt) >= 0.5
+            if p.shape != t.shape:
+                raise ShiftbenchError(f"prediction shape {p.shape} does not match target shape {t.shape}")
+            self._sum += foreground_iou(p, t)
+            self._inter += int(np.logical_and(p, t).sum())
+            self._union += int(np.logical_or(p, t).sum())
+            self.n += 1
+
+    def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
+        targets = [s.mask for s in samples]
+        if any(t is None for t in targets):
+            raise ShiftbenchError("foreground_iou needs a mask on every sample")
+        self.update(outputs, [np.asarray(t) > 0 for t in targets])
+
+    def compute(self) -> dict[str, float]:
+        return {self.name: self._sum / self.n if self.n else float("nan")}
+
+    def state(self) -> dict[str, Any]:
+        return {"pooled_iou": self._inter / self._union if self._union else None}

