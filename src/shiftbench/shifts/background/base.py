@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...conditioning.masks import DEFAULT_DILATION, check_object_mask, create_mask_provider
+from ...conditioning.masks import DEFAULT_DILATION, check_object_mask, create_mask_provider, dilate
 from ...errors import ShiftbenchError
 from ...sample import Sample
 from ..base import Shift
@@ -34,7 +34,11 @@ def feather_alpha(mask: np.ndarray, dilation: int) -> np.ndarray:
         return outside.astype(np.float32)
     # distance of each background pixel to the nearest object pixel (exact Euclidean, 0 on the object)
     dist = cv2.distanceTransform(outside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    return np.minimum(dist / np.float32(dilation + 1), np.float32(1.0))
+    alpha = np.minimum(dist / np.float32(dilation + 1), np.float32(1.0))
+    # beyond the elliptical band the new background is complete (the kernel is a digital disc, so a few
+    # pixels just past it are nearer than dilation + 1)
+    alpha[~dilate(mask, dilation)] = 1.0
+    return alpha
 
 
 def blend_background(image: np.ndarray, background: np.ndarray, mask: np.ndarray, weight: float,
