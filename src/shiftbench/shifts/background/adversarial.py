@@ -102,12 +102,13 @@ class AdversarialTexture(BackgroundShift):
         def background() -> Any:
             return torch.sigmoid(F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False))
 
-        used, fooled, loss_value = 0, False, float("nan")
+        used, fooled, loss_value, first_loss = 0, False, float("nan"), None
         for step in range(int(params["steps"]) + 1):
             x = image + alpha * (background() - image)
             logits = model.forward_images(x).float()
             loss = F.cross_entropy(logits, target)
             loss_value = float(loss.detach())
+            first_loss = loss_value if first_loss is None else first_loss
             fooled = int(logits.argmax(dim=1)) != int(sample.label)
             if (fooled and self.early_stop) or step == int(params["steps"]):
                 break
@@ -117,7 +118,8 @@ class AdversarialTexture(BackgroundShift):
             used += 1
         with torch.no_grad():
             bg = (background()[0].permute(1, 2, 0) * 255.0).numpy().astype(np.float32)
-        return bg, {"iterations": used, "fooled": bool(fooled), "loss": round(loss_value, 4)}
+        return bg, {"iterations": used, "fooled": bool(fooled), "loss_start": round(float(first_loss), 4),
+                    "loss": round(loss_value, 4)}
 
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         bg, record = self.optimise(sample, params)
