@@ -6,8 +6,8 @@ upsampled bilinearly to the image size, squashed by a sigmoid and laid behind th
 ObjectCompose's Algorithm 1) updates ``P`` to MAXIMISE the cross-entropy of the true label under the source
 classifier (default: the bundled EfficientNet-Lite0) through its differentiable preprocessing
 (``forward_images``). With ``early_stop`` (default) an image stops as soon as the classifier's top-1 is
-wrong, so the iteration budget is an upper bound; severity 1..5 sets that budget to 6, 12, 18, 24, 30
-iterations (5 = the paper's N = 30).
+wrong on the image as it will be saved (uint8, through the model's own predict path), so the iteration
+budget is an upper bound; severity 1..5 sets it to 6, 12, 18, 24, 30 iterations (5 = the paper's N = 30).
 
 Each image is optimised on its own: batching independent attacks changes float rounding (so a batch would
 not equal the items one by one) and gains nothing on CPU.
@@ -110,6 +110,13 @@ class AdversarialTexture(BackgroundShift):
             loss_value = float(loss.detach())
             first_loss = loss_value if first_loss is None else first_loss
             fooled = int(logits.argmax(dim=1)) != int(sample.label)
+            if fooled and self.early_stop and hasattr(model, "predict_logits"):
+                # confirm on the bytes that would be saved, through the model's own predict path (its PIL
+                # resize differs from the differentiable one, so a float-only success can be lost in rounding)
+                with torch.no_grad():
+                    bg_now = (background()[0].permute(1, 2, 0) * 255.0).numpy().astype(np.float32)
+                saved = blend_background(sample.image, bg_now, mask, 1.0, self.dilation)
+                fooled = int(np.argmax(model.predict_logits([saved])[0])) != int(sample.label)
             if (fooled and self.early_stop) or step == int(params["steps"]):
                 break
             opt.zero_grad(set_to_none=True)
