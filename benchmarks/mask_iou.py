@@ -45,7 +45,7 @@ def main() -> None:
         ious = np.array(ious)
         print(f"| {name} | {ious.mean():.3f} | {np.median(ious):.3f} | {100 * (ious >= 0.75).mean():.0f}% | "
               f"{100 * np.mean(covered):.1f}% | {np.mean(quality):.3f} | {dt:.3f} |")
-    print(f"({len(samples)} images; quality vs IoU correlation helps pick a threshold for discarding bad masks)")
+    print(f"({len(samples)} images)")
 
 
 if __name__ == "__main__":

@@ -263,3 +263,45 @@ def test_template_captioner_and_empty_blip2_captions_are_errors():
         Blip2Captioner(model=Fixed([""]))([s])
     with pytest.raises(ShiftbenchError, match="unknown captioner"):
         create_captioner("blip3")
+
+
+def test_blip2_captioner_on_a_tiny_random_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[BOS]": 2, "[EOS]": 3}
+    for w in "a photo of tabby cat red disc on grass".split():
+        vocab.setdefault(w, len(vocab))
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]",
+                                               bos_token="[BOS]", eos_token="[EOS]", model_max_length=16)
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    torch.manual_seed(0)
+    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                  num_attention_heads=4)
+    cfg = transformers.Blip2Config(
+        vision_config=vision,
+        qformer_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=37, encoder_hidden_size=32),
+        text_config=dict(model_type="opt", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, ffn_dim=37,
+                         num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                         bos_token_id=2, eos_token_id=3, pad_token_id=0),
+        num_query_tokens=4, image_token_index=tok.convert_tokens_to_ids("<image>"))
+    folder = tmp_path / "blip2"
+    transformers.Blip2ForConditionalGeneration(cfg).save_pretrained(folder)
+    transformers.Blip2Processor(image_processor=transformers.BlipImageProcessor(size={"height": 32, "width": 32}),
+                                tokenizer=tok, num_query_tokens=4).save_pretrained(folder)
+    from shiftbench.models.hf import HFCaptioner
+
+    samples = [make_sample(sid="b0"), make_sample(seed=1, sid="b1")]
+    direct = [t.strip() for t in HFCaptioner(str(folder), max_new_tokens=5).predict([s.image for s in samples])]
+    captioner = create_captioner("blip2", model=str(folder), max_new_tokens=5)
+    if all(direct):
+        assert captioner(samples) == direct
+    else:  # a random decoder may emit only special tokens: that must be an error, never a placeholder
+        with pytest.raises(ShiftbenchError, match="empty caption"):
+            captioner(samples)
+    with pytest.raises(ShiftbenchError, match="cannot load captioner|cannot load"):
+        create_captioner("blip2", model=str(tmp_path / "missing"))(samples)

@@ -24,20 +24,28 @@ __all__ = ["BackgroundShift", "blend_background", "feather_alpha", "SEVERITY_WEI
 SEVERITY_WEIGHTS = (0.2, 0.4, 0.6, 0.8, 1.0)  # share of the new background, severity 1..5
 
 
-def feather_alpha(mask: np.ndarray, dilation: int) -> np.ndarray:
-    """Per-pixel weight of the NEW background before severity: 0 on the object, rising linearly across the
-    ``dilation`` band (distance d from the object gives d / (dilation + 1)), 1 beyond it. float32 HxW."""
+def _band_distance(mask: np.ndarray, dilation: int) -> tuple[np.ndarray, tuple[slice, slice]]:
+    """Distance of each pixel to the nearest object pixel, within the bounding box of the dilated mask."""
     import cv2
 
-    outside = (~mask).astype(np.uint8)
-    if dilation <= 0:
-        return outside.astype(np.float32)
-    # distance of each background pixel to the nearest object pixel (exact Euclidean, 0 on the object)
-    dist = cv2.distanceTransform(outside, cv2.DIST_L2, cv2.DIST_MASK_PRECISE)
-    alpha = np.minimum(dist / np.float32(dilation + 1), np.float32(1.0))
-    # beyond the elliptical band the new background is complete (the kernel is a digital disc, so a few
-    # pixels just past it are nearer than dilation + 1)
-    alpha[~dilate(mask, dilation)] = 1.0
+    grown = dilate(mask, dilation)
+    rows, cols = np.flatnonzero(grown.any(axis=1)), np.flatnonzero(grown.any(axis=0))
+    box = (slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1))
+    # every object pixel lies inside the box, so distances computed in the crop are exact there
+    # (a 5x5 chamfer mask: within about 2 % of the Euclidean distance, several times faster than exact)
+    dist = cv2.distanceTransform((~mask[box]).astype(np.uint8), cv2.DIST_L2, cv2.DIST_MASK_5)
+    dist[~grown[box]] = np.inf  # beyond the elliptical band: the new background is complete
+    return dist, box
+
+
+def feather_alpha(mask: np.ndarray, dilation: int) -> np.ndarray:
+    """Per-pixel weight of the NEW background before severity: 0 on the object, d / (dilation + 1) at
+    distance d inside the elliptical ``dilation`` band, 1 beyond it. float32 HxW."""
+    alpha = (~mask).astype(np.float32)
+    if dilation <= 0 or not mask.any():
+        return alpha
+    dist, box = _band_distance(mask, dilation)
+    alpha[box] = np.minimum(dist / np.float32(dilation + 1), np.float32(1.0))
     return alpha
 
 
@@ -45,16 +53,40 @@ def blend_background(image: np.ndarray, background: np.ndarray, mask: np.ndarray
                      dilation: int = DEFAULT_DILATION) -> np.ndarray:
     """``image`` with ``background`` laid over it outside ``mask`` (see the module doc); uint8 HxWx3 out.
 
-    Pixels inside ``mask`` are the input's, byte for byte.
+    Pixels inside ``mask`` are the input's, byte for byte. Outside the dilation band the two images are
+    mixed by OpenCV (``addWeighted``, rounded); only the thin band is blended per pixel.
     """
+    import cv2
+
     if background.shape != image.shape:
         raise ShiftbenchError(f"background of shape {background.shape} does not match the image {image.shape}")
-    alpha = feather_alpha(mask, dilation) * np.float32(weight)
-    img = image.astype(np.float32)
-    out = img + alpha[..., None] * (background.astype(np.float32) - img)
-    out = np.clip(np.rint(out), 0, 255).astype(np.uint8)
-    out[mask] = image[mask]  # the object, exactly (rounding above is already exact; this makes it a guarantee)
+    if background.dtype != np.uint8:
+        background = cv2.convertScaleAbs(np.maximum(background, 0))  # rounded and saturated to 0..255
+    weight = float(weight)
+    out = background.copy() if weight >= 1.0 else cv2.addWeighted(image, 1.0 - weight, background, weight, 0.0)
+    if dilation > 0 and mask.any():
+        dist, box = _band_distance(mask, dilation)
+        ys, xs = np.nonzero(np.isfinite(dist) & (dist > 0))
+        a = (np.minimum(dist[ys, xs] / np.float32(dilation + 1), np.float32(1.0)) * np.float32(weight))[:, None]
+        ys, xs = ys + box[0].start, xs + box[1].start
+        img, bg = image[ys, xs].astype(np.float32), background[ys, xs].astype(np.float32)
+        out[ys, xs] = np.clip(np.rint(img + a * (bg - img)), 0, 255).astype(np.uint8)
+    np.copyto(out, image, where=mask[..., None])  # the object, exactly
     return out
+
+
+_PROVIDERS: dict[str, Any] = {}
+
+
+def _shared_provider(name: str, options: dict[str, Any]) -> Any:
+    """One provider per (name, options) in the process: its cache then serves every shift and prompt, so
+    an image's mask is computed once however many background conditions a run has."""
+    import json
+
+    key = f"{name}:{json.dumps(options, sort_keys=True, default=repr)}"
+    if key not in _PROVIDERS:
+        _PROVIDERS[key] = create_mask_provider(name, **options)
+    return _PROVIDERS[key]
 
 
 def _check_dilation(dilation: Any) -> int:
@@ -85,7 +117,6 @@ class BackgroundShift(Shift):
         self.mask_name = mask
         self.mask_options = dict(mask_options or {})
         self.dilation = self.default_dilation if dilation is None else _check_dilation(dilation)
-        self._providers: dict[str, Any] = {}
         self.config = {"mask": mask, "dilation": self.dilation, **config}
         if self.mask_options:
             self.config["mask_options"] = self.mask_options
@@ -104,13 +135,11 @@ class BackgroundShift(Shift):
     def object_mask(self, sample: Sample) -> np.ndarray:
         """The binary object mask of ``sample`` (validated: not empty, not the whole image, right size)."""
         name = self.provider_name(sample)
-        provider = self._providers.get(name)
-        if provider is None:
-            provider = self._providers[name] = create_mask_provider(name, **(self.mask_options if name == self.mask_name else {}))
         if name == "ground_truth":
             raw = sample.mask
             return check_object_mask(raw, sample.size, f"shift {self.name!r}, sample {sample.id}")
-        result = provider.one(sample)
+        options = self.mask_options if name == self.mask_name else {}
+        result = _shared_provider(name, options).one(sample)
         return check_object_mask(result.mask, sample.size, f"shift {self.name!r}, sample {sample.id} ({name} mask)")
 
     # -- the contract -----------------------------------------------------------------------------

@@ -83,10 +83,11 @@ class BackgroundColor(BackgroundShift):
         light = _resize(np.asarray(params["light"], np.float32), h, w)
         if self.color == "colorful":
             hue = np.mod(_resize(np.asarray(params["hue"], np.float32), h, w), 360.0)
-            hsv = np.stack([hue, np.full_like(hue, 0.9), np.clip(light, 0, 1)], axis=-1)
-            return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB) * np.float32(255.0)
-        base = np.asarray(COLORS[self.color], np.float32) + np.asarray(params["tint"], np.float32)
-        return np.clip(light[..., None] * base, 0, 255)
+            hsv = cv2.merge([hue, np.full_like(hue, 0.9), np.minimum(light, np.float32(1.0))])
+            return cv2.convertScaleAbs(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB), alpha=255.0)  # rounds, saturates
+        base = np.asarray(COLORS[self.color], np.float64) + np.asarray(params["tint"], np.float64)
+        # light >= 0, so convertScaleAbs is a rounded, saturated scale to uint8 per channel
+        return cv2.merge([cv2.convertScaleAbs(light, alpha=float(b)) for b in base])
 
 
 # -- texture ------------------------------------------------------------------------------------------
