@@ -2,10 +2,10 @@
 
 Images: the ``objects`` dataset with one scene per object (94 images), first ``--limit`` of those that
 Lite0 classifies correctly on the clean image (as ObjectCompose keeps only images its ensemble gets right).
-Each is attacked through Lite0 (AdamW lr 0.1, at most 30 iterations, early stop when fooled); the saved
+Each is attacked through Lite0 (AdamW lr 0.1, 30 iterations, or fewer with --early-stop); the saved
 uint8 images are then classified again by all three models.
 
-    python benchmarks/adversarial.py --limit 24 [--full] [--json out.json]
+    python benchmarks/adversarial.py --limit 24 [--early-stop] [--json out.json]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=24, help="attacked images (correct on clean under Lite0)")
     ap.add_argument("--severity", type=int, default=5, help="5 = at most 30 iterations")
-    ap.add_argument("--full", action="store_true", help="no early stop: always the whole iteration budget")
+    ap.add_argument("--early-stop", action="store_true", help="stop each image as soon as Lite0 is fooled")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
 
@@ -32,7 +32,7 @@ def main() -> None:
 
     ds = sb.load_dataset("objects", scenes_per_object=1)
     models = {f"efficientnet_lite{v}": sb.create_model(f"efficientnet_lite{v}") for v in (0, 1, 2)}
-    shift = sb.create_shift("adversarial_texture", early_stop=not args.full)
+    shift = sb.create_shift("adversarial_texture", early_stop=args.early_stop)
     clean, adv, records, seconds = [], [], [], []
     for i in range(len(ds)):
         if len(clean) >= args.limit:
@@ -55,11 +55,11 @@ def main() -> None:
         rows[name] = {"clean_top1": float(c.mean()), "adversarial_top1": float(a.mean()),
                       "success_rate": float((c & ~a).sum() / max(c.sum(), 1)), "n_correct_clean": int(c.sum())}
     iters = np.array([r["iterations"] for r in records])
-    result = {"images": len(clean), "severity": args.severity, "early_stop": not args.full, "per_model": rows,
+    result = {"images": len(clean), "severity": args.severity, "early_stop": args.early_stop, "per_model": rows,
               "iterations_mean": float(iters.mean()), "iterations_max": int(iters.max()),
               "seconds_per_image": float(np.mean(seconds))}
     print(f"{len(clean)} images correct on clean under Lite0; attack through Lite0 "
-          f"({'full budget' if args.full else 'early stop'}), <= {iters.max()} iterations "
+          f"({'early stop' if args.early_stop else 'full budget'}), <= {iters.max()} iterations "
           f"(mean {iters.mean():.1f}), {np.mean(seconds):.2f} s/image")
     print("| model | clean top-1 | adversarial top-1 | attack success (of clean-correct) |")
     print("|---|---|---|---|")

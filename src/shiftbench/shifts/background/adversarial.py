@@ -5,9 +5,10 @@ upsampled bilinearly to the image size, squashed by a sigmoid and laid behind th
 ``compose`` backend (feathered across the dilation band, the object pasted back). AdamW (lr 0.1, as
 ObjectCompose's Algorithm 1) updates ``P`` to MAXIMISE the cross-entropy of the true label under the source
 classifier (default: the bundled EfficientNet-Lite0) through its differentiable preprocessing
-(``forward_images``). With ``early_stop`` (default) an image stops as soon as the classifier's top-1 is
-wrong on the image as it will be saved (uint8, through the model's own predict path), so the iteration
-budget is an upper bound; severity 1..5 sets it to 6, 12, 18, 24, 30 iterations (5 = the paper's N = 30).
+(``forward_images``). Severity 1..5 sets the number of iterations to 6, 12, 18, 24, 30 (5 = the paper's
+N = 30, always run in full by default, as Algorithm 1 does: the longer attack transfers better). With
+``early_stop=True`` an image stops as soon as the classifier's top-1 is wrong on the image as it will be
+saved (uint8, through the model's own predict path): cheaper, a minimal attack that transfers less.
 
 Each image is optimised on its own: batching independent attacks changes float rounding (so a batch would
 not equal the items one by one) and gains nothing on CPU.
@@ -57,7 +58,7 @@ class AdversarialTexture(BackgroundShift):
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes"})
 
     def __init__(self, model: Any = "efficientnet_lite0", steps: int | None = None, lr: float = 0.1,
-                 grid: int = 32, early_stop: bool = True, mask: str = "auto", dilation: int | None = None,
+                 grid: int = 32, early_stop: bool = False, mask: str = "auto", dilation: int | None = None,
                  mask_options: dict | None = None):
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= 1000):
             raise ShiftbenchError(f"adversarial_texture: steps must be an int in 0..1000, got {steps!r}")
@@ -125,6 +126,9 @@ class AdversarialTexture(BackgroundShift):
             used += 1
         with torch.no_grad():
             bg = (background()[0].permute(1, 2, 0) * 255.0).numpy().astype(np.float32)
+        if not self.early_stop and hasattr(model, "predict_logits"):  # report success on the saved bytes
+            saved = blend_background(sample.image, bg, mask, 1.0, self.dilation)
+            fooled = int(np.argmax(model.predict_logits([saved])[0])) != int(sample.label)
         return bg, {"iterations": used, "fooled": bool(fooled), "loss_start": round(float(first_loss), 4),
                     "loss": round(loss_value, 4)}
 
