@@ -29,7 +29,17 @@ def test_all_eight_background_shifts_are_registered_in_their_group():
             "background_inpaint", "adversarial_texture", "adversarial_diffusion"} <= names
     for name in names:
         assert SHIFTS.entry(name).meta.get("group") == "background"
-    assert SHIFTS.entry("background_inpaint").lazy or "diffusers" not in __import__("sys").modules
+
+
+
+def test_listing_background_shifts_imports_neither_torch_nor_diffusers():
+    import subprocess
+    import sys
+
+    code = ("import sys, shiftbench as sb; sb.list_shifts('*'); sb.create_shift('background_color'); "
+            "print(sorted(m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("name,params", COMPOSE)

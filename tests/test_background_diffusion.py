@@ -178,3 +178,18 @@ def test_missing_weights_give_a_clear_error(tmp_path):
     shift = sb.create_shift("background_inpaint", model=str(tmp_path / "nothing-here"), size=32)
     with pytest.raises(ShiftbenchError, match="cannot load diffusion model"):
         shift(_sample(), seed=0)
+
+
+def test_background_only_with_the_diffusion_fill(parts):
+    from shiftbench.conditioning.masks import dilate
+
+    s = _sample()
+    shift = sb.create_shift("background_only", fill="diffusion", diffusion={"model": parts, "steps": 2, "size": 32})
+    out, params = shift(s, seed=0, return_params=True)
+    hole = dilate(s.mask, shift.dilation)
+    assert np.array_equal(out.image[~hole], s.image[~hole])  # the rest of the picture untouched
+    assert not np.array_equal(out.image[s.mask], s.image[s.mask])  # the object is gone
+    assert params["prompt"] == "an empty background"
+    assert np.array_equal(shift.replay(s, params).image, out.image)
+    with pytest.raises(ShiftbenchError, match="needs diffusion="):
+        sb.create_shift("background_only", fill="diffusion")

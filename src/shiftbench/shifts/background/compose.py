@@ -241,28 +241,52 @@ class ObjectOnly(BackgroundShift):
 @SHIFTS.register("background_only", group="background",
                  description="object masked out (inpainted from its surroundings): accuracy without the object")
 class BackgroundOnly(BackgroundShift):
-    """The object removed: its mask, dilated, is filled by OpenCV inpainting (``fill="telea"`` or ``"ns"``)
-    or a flat ``"mean"`` of the remaining background. The label stays the target; the mask no longer
-    shows a visible object."""
+    """The object removed: its mask, dilated, is filled by OpenCV inpainting (``fill="telea"`` or ``"ns"``),
+    a flat ``"mean"`` of the remaining background, or a diffusion inpainting model (``fill="diffusion"``
+    with ``diffusion={"model": hub id or folder, ...}``: the keyword arguments of background_inpaint).
+    The label stays the target; the mask no longer shows a visible object."""
 
     keeps: ClassVar[frozenset[str]] = frozenset({"label"})
     severities: ClassVar[tuple[int, int]] = (1, 1)
     default_severity: ClassVar[int | None] = 1
 
-    def __init__(self, fill: str = "telea", radius: int = 5, mask: str = "auto", dilation: int | None = None,
-                 mask_options: dict | None = None):
-        if fill not in ("telea", "ns", "mean"):
-            raise ShiftbenchError(f"background_only: fill must be 'telea', 'ns' or 'mean', got {fill!r}")
+    def __init__(self, fill: str = "telea", radius: int = 5, diffusion: dict | None = None, mask: str = "auto",
+                 dilation: int | None = None, mask_options: dict | None = None):
+        if fill not in ("telea", "ns", "mean", "diffusion"):
+            raise ShiftbenchError(f"background_only: fill must be 'telea', 'ns', 'mean' or 'diffusion', got {fill!r}")
         if isinstance(radius, bool) or not isinstance(radius, int) or not 1 <= radius <= 50:
             raise ShiftbenchError(f"background_only: radius must be an int in 1..50, got {radius!r}")
+        if fill == "diffusion" and not diffusion:
+            raise ShiftbenchError("background_only: fill='diffusion' needs diffusion={'model': hub id or folder, ...}")
         self.fill, self.radius = fill, radius
-        super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, fill=fill, radius=radius)
+        extra = {"diffusion": {k: v for k, v in diffusion.items() if isinstance(v, (str, int, float, bool))}} \
+            if diffusion else {}
+        super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, fill=fill, radius=radius, **extra)
+        self._remover = None
+        if fill == "diffusion":
+            from .diffusion import ObjectRemoval  # diffusers only when asked for
+
+            self._remover = ObjectRemoval(mask=mask, dilation=self.dilation, mask_options=mask_options,
+                                          **dict(diffusion or {}))
+
+    def sample_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
+        if self._remover is not None:
+            return self._remover.sample_params(sample, 1, rng)
+        return super().sample_params(sample, severity, rng)
+
+    def apply_batch(self, samples, params):
+        if self._remover is not None:
+            out = self._remover.apply_batch(samples, params)
+            return [o.replace(meta={**o.meta, "background_shift": self.name}) for o in out]
+        return [self.apply(s, p) for s, p in zip(samples, params)]
 
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         import cv2
 
         from ...conditioning.masks import dilate
 
+        if self._remover is not None:
+            return self.apply_batch([sample], [params])[0]
         hole = dilate(self.object_mask(sample), self.dilation)
         if hole.all():
             raise ShiftbenchError(f"shift 'background_only', sample {sample.id}: the dilated mask covers the "

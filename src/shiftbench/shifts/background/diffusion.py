@@ -33,7 +33,8 @@ from ...errors import ShiftbenchError
 from ...sample import Sample
 from .base import BackgroundShift, blend_background, feather_alpha
 
-__all__ = ["Components", "load_components", "BackgroundInpaint", "AdversarialDiffusion", "DEFAULT_MODEL"]
+__all__ = ["Components", "load_components", "BackgroundInpaint", "ObjectRemoval", "AdversarialDiffusion",
+           "DEFAULT_MODEL"]
 
 DEFAULT_MODEL = "stabilityai/stable-diffusion-2-inpainting"
 _COMPONENTS: dict[tuple, "Components"] = {}
@@ -118,6 +119,7 @@ class _DiffusionBackground(BackgroundShift):
 
     severities: ClassVar[tuple[int, int]] = (1, 1)
     default_severity: ClassVar[int | None] = 1
+    region: ClassVar[str] = "background"  # what is regenerated: "background", or "object" (removal)
 
     def __init__(self, model: Any = DEFAULT_MODEL, prompt: str = "class_label", guidance: float = 7.5,
                  steps: int = 20, size: int = 512, captioner: Any = None, device: str = "cpu", dtype: str = "float32",
@@ -178,6 +180,8 @@ class _DiffusionBackground(BackgroundShift):
         images, repaint = [], []
         for s in samples:
             keep = dilate(self.object_mask(s), self.dilation)
+            if self.region == "object":  # object removal: regenerate the dilated object, keep the rest
+                keep = ~keep
             images.append(cv2.resize(s.image, (self.size, self.size), interpolation=cv2.INTER_AREA))
             repaint.append(cv2.resize((~keep).astype(np.uint8), (self.size, self.size), interpolation=cv2.INTER_NEAREST))
         parts = self.parts
@@ -268,6 +272,27 @@ class BackgroundInpaint(_DiffusionBackground):
         return [s.replace(image=self._paste(s, im), meta={**s.meta, "background_shift": self.name,
                                                            "prompt": p["prompt"]})
                 for s, im, p in zip(samples, images, params)]
+
+
+class ObjectRemoval(BackgroundInpaint):
+    """The dilated object regenerated from its surroundings (``background_only`` with ``fill="diffusion"``):
+    pixels outside the dilated mask stay the original's byte for byte."""
+
+    region: ClassVar[str] = "object"
+    keeps: ClassVar[frozenset[str]] = frozenset({"label"})
+
+    def __init__(self, prompt: str = "an empty background", **kwargs: Any):
+        super().__init__(prompt=prompt, **kwargs)
+
+    def _paste(self, sample: Sample, generated01: np.ndarray) -> np.ndarray:
+        import cv2
+
+        h, w = sample.size
+        gen = cv2.resize((generated01 * 255.0).astype(np.float32), (w, h), interpolation=cv2.INTER_LINEAR)
+        hole = dilate(self.object_mask(sample), self.dilation)
+        out = sample.image.copy()
+        out[hole] = cv2.convertScaleAbs(gen)[hole]
+        return out
 
 
 class AdversarialDiffusion(_DiffusionBackground):
