@@ -30,7 +30,7 @@ def main() -> None:
                  "grabcut (box)": create_mask_provider("grabcut")}
     if args.sam:
         providers["sam (box)"] = create_mask_provider("sam", model=args.sam)
-    print(f"| provider | mean IoU | median IoU | IoU >= 0.75 | covered by the 6 px dilation | mean quality | s/image |")
+    print("| provider | mean IoU | median IoU | IoU >= 0.75 | covered by the 6 px dilation | mean quality | s/image |")
     print("|---|---|---|---|---|---|---|")
     for name, provider in providers.items():
         ious, covered, quality = [], [], []

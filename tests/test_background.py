@@ -9,7 +9,6 @@ import shiftbench as sb
 from shiftbench.conditioning.masks import dilate
 from shiftbench.errors import ShiftbenchError
 from shiftbench.registry import SHIFTS
-from shiftbench.sample import Sample
 
 from conftest import make_sample
 

@@ -24,7 +24,7 @@ Procedural texture tiles and scene crops are built once per process and reused.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -274,7 +274,7 @@ class BackgroundOnly(BackgroundShift):
             return self._remover.sample_params(sample, 1, rng)
         return super().sample_params(sample, severity, rng)
 
-    def apply_batch(self, samples, params):
+    def apply_batch(self, samples: Sequence[Sample], params: Sequence[dict[str, Any]]) -> list[Sample]:
         if self._remover is not None:
             out = self._remover.apply_batch(samples, params)
             return [o.replace(meta={**o.meta, "background_shift": self.name}) for o in out]
