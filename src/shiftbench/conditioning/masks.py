@@ -429,7 +429,7 @@ def _load_pair(source: Any, model_cls: str, processor_cls: str, device: str):
     try:
         import transformers
     except ImportError:
-        raise ShiftbenchError("the sam mask provider needs transformers: pip install 'shiftbench[hf]'") from None
+        raise ShiftbenchError("the sam mask provider needs transformers: pip install 'shiftbench[gen]'") from None
     try:
         model = getattr(transformers, model_cls).from_pretrained(source)
         processor = getattr(transformers, processor_cls).from_pretrained(source)
