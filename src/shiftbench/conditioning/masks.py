@@ -330,7 +330,7 @@ class SamMasks(MaskProvider):
     ``model``: a hub id or local folder of a ``SamModel`` (e.g. facebook/sam-vit-base), or a
     ``(model, processor)`` pair. ``prompt="box"`` uses the sample's box; ``prompt="points"`` uses
     ``points`` (a list of [x, y]); ``prompt="text"`` first asks a transformers zero-shot detector
-    (``detector``: OWL-ViT / OWLv2 / Grounding DINO id or folder, or a ``(model, processor)`` pair) for the
+    (``detector``: an OWL-ViT / OWLv2 id or folder, or a ``(model, processor)`` pair) for the
     best box of ``text`` (default: the sample's class name). Of SAM's multimask outputs the one with the
     highest predicted IoU is kept; its probability map gives the stability part of the quality.
     """
@@ -346,7 +346,7 @@ class SamMasks(MaskProvider):
         if prompt == "points" and not points:
             raise ShiftbenchError("sam prompt='points' needs points=[[x, y], ...]")
         if prompt == "text" and detector is None:
-            raise ShiftbenchError("sam prompt='text' needs detector= (an OWL-ViT / Grounding DINO id or folder)")
+            raise ShiftbenchError("sam prompt='text' needs detector= (an OWL-ViT / OWLv2 id or folder)")
         self.source, self.prompt, self.text, self.device = model, prompt, text, device
         self.points = None if points is None else [[float(p[0]), float(p[1])] for p in points]
         self.detector_source = detector
