@@ -145,3 +145,12 @@ def test_bad_masks_and_params_get_clear_errors():
         sb.create_shift("background_color", dilation=-2)
     with pytest.raises(ShiftbenchError, match="takes no parameters|unexpected|color"):
         sb.create_shift("object_only", color="red")
+
+
+def test_every_background_shift_has_an_object_pixel_test():
+    # the object-pixel check runs here for compose, in test_background_adversarial.py for adversarial_texture
+    # and in test_background_diffusion.py for the diffusion backends; background_only removes the object and
+    # is checked the other way round (everything outside the dilated mask kept)
+    covered = {name for name, _ in COMPOSE} | {"adversarial_texture", "background_inpaint", "adversarial_diffusion",
+                                               "background_only"}
+    assert {e.name for e in SHIFTS.entries() if e.meta.get("group") == "background"} == covered

@@ -115,6 +115,9 @@ def test_inpaint_prompts_and_captions(parts):
         cap.draw(s.replace(caption=None), seed=0)
     templ = sb.create_shift("background_inpaint", model=parts, prompt="caption", captioner="template", steps=1, size=32)
     assert templ.draw(s.replace(caption=None), seed=0)["prompt"] == "a photo of a tabby cat"
+    own = sb.create_shift("background_inpaint", model=parts, prompt="caption", steps=1, size=32,
+                          captioner={"name": "template", "template": "{class_name} seen from {article} distance"})
+    assert own.draw(s, seed=0)["prompt"] == "tabby cat seen from a distance"  # a captioner beats the stored caption
     with pytest.raises(ShiftbenchError, match="unknown prompt"):
         sb.create_shift("background_inpaint", model=parts, prompt="colour7")
     with pytest.raises(ShiftbenchError, match="multiple of 8"):

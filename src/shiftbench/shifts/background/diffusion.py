@@ -12,7 +12,7 @@ generated picture is resized back to the sample's size and laid behind the objec
 ``compose`` backend does (feathered band, original pixels pasted back inside the undilated mask).
 Prompts: a prompt name of the ObjectCompose sets (``class_label``, ``caption``, ``color1``..``color4``,
 ``texture1``..``texture4``) or a sentence. ``caption`` uses the sample's caption, else the ``captioner``
-(``template`` or ``blip2``); with neither it raises instead of prompting with a placeholder. Masks and
+(``template``, ``blip2``, or ``{"name": "blip2", "model": FOLDER}``); with neither it raises instead of prompting with a placeholder. Masks and
 captions are cached by image content, so one image is conditioned once however many prompts run.
 Noise is seeded per sample (a seed drawn in ``sample_params``). A batch runs through the UNet together,
 which changes float rounding slightly compared with one image at a time.
@@ -133,11 +133,15 @@ class _DiffusionBackground(BackgroundShift):
         resolve_prompt(prompt, class_name="x", caption="x")  # an unknown prompt name fails now
         self.model_ref, self.prompt, self.guidance, self.steps, self.size = model, prompt, float(guidance), steps, size
         self.device, self.dtype = device, dtype
-        self.captioner = None if captioner is None else create_captioner(captioner)
+        if isinstance(captioner, dict):  # {"name": "blip2", "model": "path/to/blip2", ...}
+            options = {k: v for k, v in captioner.items() if k != "name"}
+            self.captioner = create_captioner(captioner.get("name", "template"), **options)
+        else:
+            self.captioner = None if captioner is None else create_captioner(captioner)
         model_name = model if isinstance(model, str) else "components"
         super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, model=model_name, prompt=prompt,
                          guidance=self.guidance, steps=steps, size=size,
-                         captioner=captioner if isinstance(captioner, str) or captioner is None else "custom",
+                         captioner=captioner if isinstance(captioner, (str, dict)) or captioner is None else "custom",
                          device=device, dtype=dtype, **config)
 
     @property
