@@ -42,6 +42,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str |
     tables = build_tables(rows, preferred)
     detail = build_tables(rows, preferred, per_severity=True)
     _write_tables(out, tables, detail)
+    _write_objectcompose(out, rows)
     figures = _figures(rows, tables, out)
     grids = _grids(thumbs, predictions)
     html = _render(run, tables, figures, grids, rows)
@@ -53,6 +54,16 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str |
 
 
 # -- tables ---------------------------------------------------------------------------------------
+def _write_objectcompose(out: Path, rows: list[dict[str, Any]]) -> None:
+    """objectcompose.{md,json}: worst condition per prompt family and the paper's ordering (background runs only)."""
+    from .objectcompose import summarise, to_markdown
+
+    summary = summarise(rows)
+    if summary["families"]:
+        (out / "objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        (out / "objectcompose.md").write_text(to_markdown(summary), encoding="utf-8")
+
+
 def _write_tables(out: Path, tables: list[Table], detail: list[Table]) -> None:
     md = ["# Results", "", "Each cell: the metric under the condition, and in brackets its change against clean.", ""]
     md += [to_markdown(t) for t in tables]
