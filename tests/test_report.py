@@ -120,3 +120,27 @@ def test_renders_in_headless_chromium(report_dir, tmp_path):
     bands = np.array_split(img, 12)
     busy = [float((b < 235).mean()) for b in bands]
     assert sum(v > 0.005 for v in busy) >= 9, busy
+
+
+def test_several_runs_in_one_report(tmp_path):
+    base = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
+            "shifts": ["clean", {"name": "_test_noise", "severities": [2, 4]}], "metrics": ["top1"], "batch_size": 10}
+    a = sb.evaluate(dict(base, name="first"), store=tmp_path / "r.db")[0]["run_id"]
+    b = sb.evaluate(dict(base, name="second", seed=1), store=tmp_path / "r.db")[0]["run_id"]
+    path = build_report(tmp_path / "r.db", tmp_path / "out", run_id=[a, b])
+    html = path.read_text()
+    assert html.count('<section class="run"') == 2 and "first" in html and "second" in html
+    for name in ("run1_tables.md", "run2_tables.md", "run1_severity_curves.png", "run2_tables.csv"):
+        assert (tmp_path / "out" / name).exists(), name
+    # without a run id: the latest run alone
+    single = build_report(tmp_path / "r.db", tmp_path / "one").read_text()
+    assert single.count('<section class="run"') == 1 and "second" in single
+
+
+def test_markdown_blocks_are_data_not_markup():
+    from shiftbench.report.build import markdown_blocks
+
+    blocks = markdown_blocks("## Title <b>\n\nsome <i>text</i>\n\n| a | b \\| c |\n|---|---|\n| <x> | 1 |\n")
+    assert blocks[0] == {"kind": "heading", "text": "Title <b>"}
+    assert blocks[1] == {"kind": "text", "text": "some <i>text</i>"}
+    assert blocks[2] == {"kind": "table", "head": ["a", "b | c"], "rows": [["<x>", "1"]]}

@@ -24,28 +24,44 @@ from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_
 GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
 
 
-def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None) -> Path:
-    """Write the report files of ``run_id`` (default: the latest run) into ``out``; returns report.html."""
+def build_report(store: str | os.PathLike, out: str | os.PathLike,
+                 run_id: str | list[str] | None = None) -> Path:
+    """Write the report of one run (default: the latest) or several runs (a list) into ``out``.
+
+    Returns the path of report.html. With several runs each gets its own section, and the table and
+    plot files are prefixed with the run's position (``run2_tables.md``).
+    """
     out = Path(out)
     db = Store(store, create=False)
     try:
-        run = db.run(run_id)
-        rows = db.rows(run["run_id"])
-        if not rows:
-            raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
-        predictions = db.predictions(run["run_id"])
-        thumbs = db.artifacts(run["run_id"], "thumb/")
+        ids = run_id if isinstance(run_id, (list, tuple)) else [db.run(run_id)["run_id"]]
+        loaded = []
+        for rid in ids:
+            run = db.run(rid)
+            rows = db.rows(run["run_id"])
+            if not rows:
+                raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
+            loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/")))
     finally:
         db.close()
+    if not loaded:
+        raise ShiftbenchError(f"{store}: no run to report")
     out.mkdir(parents=True, exist_ok=True)
-    preferred = list(run["spec"].get("metrics") or [])
-    tables = build_tables(rows, preferred)
-    detail = build_tables(rows, preferred, per_severity=True)
-    _write_tables(out, tables, detail)
-    _write_objectcompose(out, rows)
-    figures = _figures(rows, tables, out)
-    grids = _grids(thumbs, predictions)
-    html = _render(run, tables, figures, grids, rows)
+    sections = []
+    for i, (run, rows, predictions, thumbs) in enumerate(loaded):
+        prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
+        preferred = list(run["spec"].get("metrics") or [])
+        headline = [r for r in rows if _headline(r["metric"])]
+        tables = build_tables(headline, preferred)
+        detail = build_tables(headline, preferred, per_severity=True)
+        _write_tables(out, tables, detail, prefix)
+        summaries = _summaries(out, rows, prefix)
+        figures = _figures(headline, tables, out, prefix)
+        grids = _grids(thumbs, predictions)
+        sections.append({"run": run, "rows": rows, "tables": tables, "figures": figures, "grids": grids,
+                         "summaries": summaries, "spec_yaml": _yaml(run["spec"]),
+                         "datasets": sorted({r["dataset"] for r in rows}), **_times(run)})
+    html = _render(sections)
     path = out / "report.html"
     tmp = path.with_name("report.html.part")
     tmp.write_text(html, encoding="utf-8")
@@ -53,28 +69,104 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str |
     return path
 
 
+def _headline(metric: str) -> bool:
+    """Per-category recalls and gamma rows have their own summary tables; keep them out of the main grid."""
+    return "[" not in metric and not metric.startswith("gamma@")
+
+
+def _yaml(spec: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def _times(run: dict[str, Any]) -> dict[str, str]:
+    started = datetime.fromtimestamp(run["started"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = (datetime.fromtimestamp(run["finished"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                if run.get("finished") else "not finished")
+    return {"started": started, "finished": finished}
+
+
+def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """Task-specific summary tables (ObjectCompose families, composed retrieval), as parsed Markdown."""
+    found = []
+    oc = _write_objectcompose(out, rows, prefix)
+    if oc:
+        found.append({"title": "ObjectCompose summary", "blocks": markdown_blocks(oc)})
+    if any(r["metric"].startswith("R@") for r in rows):
+        from .retrieval import retrieval_tables
+
+        text = retrieval_tables(rows)
+        (out / f"{prefix}retrieval.md").write_text(text, encoding="utf-8")
+        found.append({"title": "Composed retrieval", "blocks": markdown_blocks(text)})
+    return found
+
+
+def markdown_blocks(text: str) -> list[dict[str, Any]]:
+    """Split simple Markdown (headings, paragraphs, pipe tables) into blocks the template renders
+    with autoescaping: no Markdown-to-HTML conversion, so nothing in the data becomes markup."""
+    blocks: list[dict[str, Any]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        if not line:
+            i += 1
+            continue
+        if line.startswith("#"):
+            blocks.append({"kind": "heading", "text": line.lstrip("#").strip()})
+            i += 1
+        elif line.startswith("|"):
+            table = []
+            while i < len(lines) and lines[i].startswith("|"):
+                cells = [c.strip().replace("\\|", "|") for c in _split_row(lines[i])]
+                if not all(set(c) <= set("-: ") for c in cells):
+                    table.append(cells)
+                i += 1
+            blocks.append({"kind": "table", "head": table[0] if table else [], "rows": table[1:]})
+        else:
+            para = []
+            while i < len(lines) and lines[i].strip() and not lines[i].startswith(("#", "|")):
+                para.append(lines[i].strip())
+                i += 1
+            blocks.append({"kind": "text", "text": " ".join(para)})
+    return blocks
+
+
+def _split_row(line: str) -> list[str]:
+    import re
+
+    inner = line.strip()
+    inner = inner[1:] if inner.startswith("|") else inner
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return re.split(r"(?<!\\)\|", inner)
+
+
 # -- tables ---------------------------------------------------------------------------------------
-def _write_objectcompose(out: Path, rows: list[dict[str, Any]]) -> None:
+def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> str | None:
     """objectcompose.{md,json}: worst condition per prompt family and the paper's ordering (background runs only)."""
     from .objectcompose import summarise, to_markdown
 
     summary = summarise(rows)
-    if summary["families"]:
-        (out / "objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-        (out / "objectcompose.md").write_text(to_markdown(summary), encoding="utf-8")
+    if not summary["families"]:
+        return None
+    text = to_markdown(summary)
+    (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (out / f"{prefix}objectcompose.md").write_text(text, encoding="utf-8")
+    return text
 
 
-def _write_tables(out: Path, tables: list[Table], detail: list[Table]) -> None:
+def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: str = "") -> None:
     md = ["# Results", "", "Each cell: the metric under the condition, and in brackets its change against clean.", ""]
     md += [to_markdown(t) for t in tables]
     md += ["", "## Per severity", ""] + [to_markdown(t) for t in detail]
-    (out / "tables.md").write_text("\n".join(md), encoding="utf-8")
-    with open(out / "tables.csv", "w", newline="", encoding="utf-8") as fh:
+    (out / f"{prefix}tables.md").write_text("\n".join(md), encoding="utf-8")
+    with open(out / f"{prefix}tables.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "condition", "model", "value", "change_vs_clean", "n"])
         for t in detail:
             writer.writerows(to_csv_rows(t))
-    (out / "tables.tex").write_text("\n".join(to_latex(t) for t in tables), encoding="utf-8")
+    (out / f"{prefix}tables.tex").write_text("\n".join(to_latex(t) for t in tables), encoding="utf-8")
 
 
 # -- figures --------------------------------------------------------------------------------------
@@ -84,7 +176,7 @@ def _shift_groups() -> dict[str, str]:
     return {e.name: str(e.meta.get("group", "other")) for e in SHIFTS.entries()}
 
 
-def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list[dict[str, str]]:
+def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix: str = "") -> list[dict[str, str]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +221,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
             ax.legend(fontsize=6, loc="lower left")
         axes[0][0].set_ylabel(f"{metric}{' (%)' if main.percent else ''}, mean over models")
         fig.tight_layout()
-        figures.append(_save(fig, out, "severity_curves.png", "Severity curves",
+        figures.append(_save(fig, out, f"{prefix}severity_curves.png", "Severity curves",
                              f"{metric} against severity for each shift (mean over models; severity 0 is clean)."))
         plt.close(fig)
 
@@ -154,7 +246,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
                     ax.text(j, i, f"{data[i, j]:.0f}" if main.percent else f"{data[i, j]:.2f}", ha="center",
                             va="center", fontsize=6)
         fig.colorbar(im, ax=ax, label=f"change in {metric}{' (points)' if main.percent else ''}")
-        figures.append(_save(fig, out, "drop_heatmap.png", "Change against clean",
+        figures.append(_save(fig, out, f"{prefix}drop_heatmap.png", "Change against clean",
                              f"Change of {metric} against clean, per model and shift (mean over severities)."))
         plt.close(fig)
 
@@ -183,7 +275,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path) -> list
             ax.set_xlabel("confidence", fontsize=7)
         axes[0][0].set_ylabel("accuracy")
         fig.tight_layout()
-        figures.append(_save(fig, out, "reliability.png", "Reliability diagrams",
+        figures.append(_save(fig, out, f"{prefix}reliability.png", "Reliability diagrams",
                              "Accuracy per confidence bin on clean data and under the worst-calibrated shift."))
         plt.close(fig)
     return figures
@@ -246,19 +338,9 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> l
 
 
 # -- HTML -----------------------------------------------------------------------------------------
-def _render(run: dict[str, Any], tables: list[Table], figures: list[dict], grids: list[dict],
-            rows: list[dict[str, Any]]) -> str:
+def _render(sections: list[dict[str, Any]]) -> str:
     import jinja2
-    import yaml
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("shiftbench.report", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True))
-    started = datetime.fromtimestamp(run["started"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    finished = (datetime.fromtimestamp(run["finished"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-                if run.get("finished") else "not finished")
-    template = env.get_template("report.html.j2")
-    return template.render(
-        run=run, started=started, finished=finished, tables=tables, figures=figures, grids=grids,
-        spec_yaml=yaml.safe_dump(run["spec"], sort_keys=False), versions=run["versions"],
-        n_rows=len(rows), datasets=sorted({r["dataset"] for r in rows}),
-    )
+    return env.get_template("report.html.j2").render(sections=sections)
