@@ -210,12 +210,17 @@ def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | N
 @cli.command("report")
 @click.option("--store", required=True, type=click.Path(dir_okay=False), help="Results database.")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
-@click.option("--run-id", default=None, help="Which run (default: the latest).")
-def report_cmd(store: str, out: str, run_id: str | None) -> None:
+@click.option("--run-id", "run_ids", multiple=True, help="Which run (repeatable; default: the latest).")
+@click.option("--all-runs", is_flag=True, help="Every run of the store, one section each.")
+def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
     """Build tables and an HTML report from a results store (never re-runs models)."""
+    from .engine.store import Store
     from .report import build_report
 
-    path = build_report(store, out, run_id=run_id)
+    if all_runs:
+        with Store(store, create=False) as db:
+            run_ids = tuple(r["run_id"] for r in db.runs())
+    path = build_report(store, out, run_id=list(run_ids) if run_ids else None)
     _console().print(f"report: {path}")
 
 

@@ -1,13 +1,11 @@
-"""``shiftbench demo``: the bundled benchmark on built-in data with the bundled models."""
+"""``shiftbench demo``: the bundled benchmark on built-in data with the bundled models (see demo_run)."""
 
 from __future__ import annotations
 
-from ..errors import ShiftbenchError
+from pathlib import Path
 
 
-def run_demo(out: str, quick: bool = False) -> None:
-    try:
-        from .demo_run import run_demo as _run
-    except ImportError:
-        raise ShiftbenchError("the demo is not part of this version yet (see the open issues)") from None
-    _run(out, quick=quick)
+def run_demo(out: str, quick: bool = False) -> Path:
+    from .demo_run import run_demo as _run
+
+    return _run(out, quick=quick)

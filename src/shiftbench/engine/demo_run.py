@@ -1,7 +1,11 @@
-"""``shiftbench demo``: the bundled spec (configs/demo.yaml) on built-in data with the bundled models.
+"""``shiftbench demo``: the bundled specs on built-in data with the bundled models, then the report.
 
-Runs offline on the CPU, writes ``OUT/results.db`` and the report (``OUT/report/report.html``), then
-prints a short summary: clean accuracy per model, the mean over shifted conditions, and the worst shift.
+Part 1 (configs/demo.yaml): the three EfficientNet-Lite classifiers on `objects` under the 15
+ImageNet-C corruptions at every severity and the ObjectCompose background families. Part 2
+(configs/demo_cir.yaml): the four composed retrievers on `objects-cir` under image and text
+corruptions. Both write to ``OUT/results.db``; the report of both runs goes to ``OUT/report/``.
+``--quick`` runs the smaller cuts (demo_quick.yaml, demo_cir_quick.yaml). Offline, on the CPU;
+a rerun resumes from the store.
 """
 
 from __future__ import annotations
@@ -16,22 +20,14 @@ import yaml
 from ..errors import ShiftbenchError
 
 
-def demo_spec(quick: bool = False) -> dict[str, Any]:
-    """The bundled demo spec; ``quick`` keeps fewer samples, one model and severities 3 and 5."""
-    text = resources.files("shiftbench").joinpath("configs/demo.yaml").read_text(encoding="utf-8")
-    spec = yaml.safe_load(text)
-    if quick:
-        quick_opts = spec.pop("quick", {})
-        for key, value in quick_opts.items():
-            spec[key] = value
-    else:
-        spec.pop("quick", None)
-    return spec
+def demo_spec(name: str) -> dict[str, Any]:
+    """A bundled spec by file stem (``demo``, ``demo_quick``, ``demo_cir``, ``demo_cir_quick``)."""
+    text = resources.files("shiftbench").joinpath(f"configs/{name}.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
 
 
 def run_demo(out: str | Path, quick: bool = False) -> Path:
     from rich.console import Console
-    from rich.table import Table
 
     from ..report import build_report
     from .evaluate import evaluate
@@ -41,39 +37,74 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     if out.exists() and not out.is_dir():
         raise ShiftbenchError(f"{out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
-    spec = demo_spec(quick)
-    store = out / ("results-quick.db" if quick else "results.db")
-    console.print(f"shiftbench demo{' --quick' if quick else ''}: {len(spec['models'])} models on "
-                  f"'{spec['dataset']}' ({spec.get('limit', 'all')} samples), results in {store}")
+    suffix = "_quick" if quick else ""
+    store = out / f"results{suffix}.db"
     start = time.perf_counter()
-    rows = evaluate(spec, store=store, progress=True)
-    seconds = time.perf_counter() - start
-    report = build_report(store, out / ("report-quick" if quick else "report"))
-
-    table = Table(title=f"top-1 accuracy (%), {seconds:.0f} s", title_justify="left")
-    for col in ("model", "clean", "mean shifted", "worst shift"):
-        table.add_column(col)
-    top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
-    for model in dict.fromkeys(r["model"] for r in top1):
-        mine = [r for r in top1 if r["model"] == model]
-        clean = next((r["value"] for r in mine if r["shift"] == "clean"), None)
-        shifted = [r for r in mine if r["shift"] != "clean"]
-        by_shift: dict[str, list[float]] = {}
-        for r in shifted:
-            by_shift.setdefault(_label(r), []).append(r["value"])
-        worst = min(by_shift.items(), key=lambda kv: sum(kv[1]) / len(kv[1])) if by_shift else None
-        table.add_row(
-            model,
-            f"{100 * clean:.1f}" if clean is not None else "–",
-            f"{100 * sum(r['value'] for r in shifted) / len(shifted):.1f}" if shifted else "–",
-            f"{worst[0]} ({100 * sum(worst[1]) / len(worst[1]):.1f})" if worst else "–",
-        )
-    console.print(table)
-    console.print(f"report: {report}")
+    run_ids, timings = [], {}
+    summaries = []
+    for part in (f"demo{suffix}", f"demo_cir{suffix}"):
+        spec = demo_spec(part)
+        console.print(f"[bold]{spec['name']}[/bold]: {len(spec['models'])} models on '{spec['dataset']}', "
+                      f"{len(spec['shifts'])} shift entries -> {store}")
+        t = time.perf_counter()
+        rows = evaluate(spec, store=store, progress=True)
+        timings[spec["name"]] = time.perf_counter() - t
+        run_ids.append(rows[0]["run_id"])
+        summaries.append(rows)
+    report = build_report(store, out / f"report{suffix}", run_id=run_ids)
+    total = time.perf_counter() - start
+    _print_classification(console, summaries[0])
+    _print_retrieval(console, summaries[1])
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+    console.print(f"done in {total:.0f} s ({parts}); report: {report}")
     return report
 
 
-def _label(row: dict[str, Any]) -> str:
+def _print_classification(console, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
     from ..report.tables import condition_label
 
-    return condition_label(row["shift"], row["params"])
+    table = Table(title="top-1 accuracy (%) on objects", title_justify="left")
+    for col in ("model", "clean", "corruptions (mean)", "backgrounds (mean)", "worst condition"):
+        table.add_column(col)
+    top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
+    from ..registry import SHIFTS
+
+    groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
+    for model in dict.fromkeys(r["model"] for r in top1):
+        mine = [r for r in top1 if r["model"] == model]
+        clean = next((r["value"] for r in mine if r["shift"] == "clean"), None)
+        corr = [r["value"] for r in mine if groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")]
+        back = [r["value"] for r in mine if groups.get(r["shift"]) == "background"]
+        worst = min((r for r in mine if r["shift"] != "clean"), key=lambda r: r["value"], default=None)
+        table.add_row(
+            model, _pct(clean), _pct(sum(corr) / len(corr) if corr else None),
+            _pct(sum(back) / len(back) if back else None),
+            f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} ({_pct(worst['value'])})"
+            if worst else "–")
+    console.print(table)
+
+
+def _print_retrieval(console, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(title="composed retrieval on objects-cir test: R@10 (%) and mean gamma@10", title_justify="left")
+    for col in ("retriever", "clean R@10", "mean gamma@10 (image)", "mean gamma@10 (text)"):
+        table.add_column(col)
+    for model in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == model]
+        clean = next((r["value"] for r in mine if r["shift"] == "clean" and r["metric"] == "R@10"), None)
+        g_img = [r["value"] for r in mine if r["metric"] == "gamma@10" and not r["shift"].startswith("text_")]
+        g_txt = [r["value"] for r in mine if r["metric"] == "gamma@10" and r["shift"].startswith("text_")]
+        table.add_row(model, _pct(clean), _num(g_img), _num(g_txt))
+    console.print(table)
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{100 * v:.1f}"
+
+
+def _num(values: list[float]) -> str:
+    values = [v for v in values if v is not None]
+    return f"{sum(values) / len(values):.3f}" if values else "–"

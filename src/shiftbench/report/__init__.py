@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from ..errors import ShiftbenchError
 
+def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str | list[str] | None = None) -> Path:
+    """Write the report of one run (default: the latest) or a list of runs of ``store`` into ``out``;
+    returns the path of report.html."""
+    from .build import build_report as _build
 
-def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None):
-    """Write report files for one run of ``store`` into ``out``; returns the main file's path."""
-    from ..engine.store import Store
-
-    Store(store, create=False).close()  # refuse a missing or foreign file before anything else
-    try:
-        from .build import build_report as _build
-    except ImportError:
-        raise ShiftbenchError("the report builder is not part of this version yet (see the open issues)") from None
     return _build(store, out, run_id=run_id)
