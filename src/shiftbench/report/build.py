@@ -35,6 +35,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str |
             raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
         predictions = db.predictions(run["run_id"])
         thumbs = db.artifacts(run["run_id"], "thumb/")
+        quality = db.artifacts(run["run_id"], "quality/rows.json")
     finally:
         db.close()
     out.mkdir(parents=True, exist_ok=True)
@@ -42,6 +43,9 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike, run_id: str |
     tables = build_tables(rows, preferred)
     detail = build_tables(rows, preferred, per_severity=True)
     _write_tables(out, tables, detail)
+    from .pascal_ea import write_pascal_ea  # attribute runs: Table-1-style drops and the quality table
+
+    write_pascal_ea(out, rows, json.loads(quality[0]["data"]) if quality else [])
     figures = _figures(rows, tables, out)
     grids = _grids(thumbs, predictions)
     html = _render(run, tables, figures, grids, rows)
