@@ -101,3 +101,37 @@ def test_u2netp_foreground_iou_under_an_attribute_shift():
     iou = [float(np.logical_and(p > 0, s.mask).sum() / np.logical_or(p > 0, s.mask).sum()) for p in (clean, sketch)]
     assert iou[0] > 0.6  # the real model finds the object on the clean render
     assert all(0 <= v <= 1 for v in iou)
+
+
+def test_miou_without_num_classes_grows_to_the_labels_seen():
+    """The runner creates metrics by name: miou must then size itself from the labels (objects masks are bool)."""
+    from shiftbench.metrics.segmentation import MeanIoU, confusion_matrix, iou_from_confusion
+
+    rng = np.random.default_rng(0)
+    preds = [rng.integers(0, 2, (6, 7)), rng.integers(0, 4, (6, 7))]
+    tgts = [rng.integers(0, 3, (6, 7)).astype(np.int64), rng.random((6, 7)) > 0.5]
+    m = MeanIoU()
+    m.update(preds, tgts)
+    ref = sum(confusion_matrix(p, np.asarray(t).astype(int), 4) for p, t in zip(preds, tgts))
+    assert m.compute()["miou"] == pytest.approx(np.nanmean(iou_from_confusion(ref)))
+    assert len(m.state()["per_class_iou"]) == 4
+
+
+def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
+    """A tiny random SegFormer (built from config) via the hf: adapter: mIoU and per-class IoU rows."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    cfg = transformers.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
+                                       num_attention_heads=[1, 2], decoder_hidden_size=16, num_labels=2,
+                                       id2label={0: "background", 1: "object"}, label2id={"background": 0, "object": 1},
+                                       patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])
+    transformers.SegformerForSemanticSegmentation(cfg).save_pretrained(tmp_path / "seg")
+    transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "seg")
+    spec = {"dataset": "objects", "models": [f"hf:{tmp_path / 'seg'}"], "metrics": ["miou"], "limit": 2,
+            "shifts": ["clean", {"name": "attribute_material", "params": {"material": "stone"}, "severities": [5]}]}
+    rows = sb.evaluate(spec)
+    assert {r["shift"] for r in rows} == {"clean", "attribute_material"}
+    assert all(r["metric"] == "miou" and 0 <= r["value"] <= 1 and r["n"] == 2 for r in rows)
+    t = table1(rows)
+    assert t["columns"] == ["stone"] and t["cells"][rows[0]["model"]]["stone"] is not None
