@@ -155,7 +155,7 @@ class TinySet:
 
 
 def test_evaluate_quality_rows_and_ordering():
-    shifts = [{"name": "clean"}, {"name": "attribute_color", "params": {"color": "pink"}},
+    shifts = ["clean", {"name": "attribute_color", "params": {"color": "pink"}},
               {"name": "attribute_style", "params": {"style": "sketch"}}]
     rows = evaluate_quality(TinySet(), shifts, metrics=["lpips", "dino_distance", "fid", "clip_direction"],
                             severity=5, features=PixelNet(), clip=ColourClip())

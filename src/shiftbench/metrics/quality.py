@@ -380,6 +380,7 @@ def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Se
     feature_name = getattr(net, "name", type(net).__name__) if net else None
     rows = []
     for entry in shifts:
+        entry = {"name": entry} if isinstance(entry, str) else entry  # spec style: a name or a mapping
         name, params = entry["name"], dict(entry.get("params") or {})
         if name == "clean":
             continue
