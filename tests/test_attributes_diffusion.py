@@ -220,3 +220,17 @@ def test_diffusion_shift_with_a_given_editor(monkeypatch, editor):
     assert params["c"] == 3.0 and out.caption == "a violet horse on the grass"
     assert np.array_equal(out.image[~mask], img[~mask])
     assert np.array_equal(shift.replay(s, params).image, out.image)
+
+
+def test_from_pretrained_loads_a_local_folder_and_refuses_a_missing_one(tmp_path, editor):
+    from shiftbench.errors import ShiftbenchError
+
+    for part in ("unet", "vae", "text_encoder", "tokenizer", "scheduler"):
+        obj = getattr(editor, part)
+        (obj.save_pretrained if hasattr(obj, "save_pretrained") else obj.save_config)(tmp_path / "sd" / part)
+    loaded = AttributeEditor.from_pretrained(str(tmp_path / "sd"), resolution=16)
+    img, mask = _image_and_mask()
+    kw = dict(source_prompt="a horse", target_prompt="a violet horse", object_words=["violet", "horse"], steps=2)
+    assert np.array_equal(loaded.edit(img, mask, **kw), editor.edit(img, mask, **kw))
+    with pytest.raises(ShiftbenchError, match="cannot load diffusion model"):
+        AttributeEditor.from_pretrained(str(tmp_path / "missing"))

@@ -195,7 +195,7 @@ class AttributeEditor:
         """Load components from a Stable Diffusion hub id or local folder (and a ControlNet's)."""
         try:
             from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
-            from transformers import CLIPTextModel, CLIPTokenizerFast
+            from transformers import AutoTokenizer, CLIPTextModel
         except ImportError as exc:  # pragma: no cover - optional extra
             raise ShiftbenchError(f"backend='diffusion' needs diffusers and transformers ({exc}); "
                                   "pip install 'shiftbench[gen]'") from None
@@ -204,7 +204,7 @@ class AttributeEditor:
                 unet=UNet2DConditionModel.from_pretrained(model, subfolder="unet"),
                 vae=AutoencoderKL.from_pretrained(model, subfolder="vae"),
                 text_encoder=CLIPTextModel.from_pretrained(model, subfolder="text_encoder"),
-                tokenizer=CLIPTokenizerFast.from_pretrained(model, subfolder="tokenizer"),
+                tokenizer=AutoTokenizer.from_pretrained(model, subfolder="tokenizer", use_fast=True),
                 scheduler=DDIMScheduler.from_pretrained(model, subfolder="scheduler"),
                 controlnet=ControlNetModel.from_pretrained(controlnet) if controlnet else None,
             )
