@@ -199,3 +199,21 @@ def test_rewriter_hook_is_seeded_and_checked():
     assert a == b == c == "one violet horse on the grass" and seen[0] == seen[1] != seen[2]
     with pytest.raises(ShiftbenchError, match="dropped the attribute"):
         rewrite_caption("a horse", "color", "violet", lambda p, s: "a horse")
+
+
+def test_largest_object_curation():
+    from shiftbench.conditioning.attribute_masks import largest_object
+
+    inst = np.zeros((20, 20), np.int64)
+    inst[:4, :4] = 1      # 16 px
+    inst[10:, 10:] = 2    # 100 px = 25 %
+    inst[0, 19] = 255     # void
+    assert np.array_equal(largest_object(inst), inst == 2)
+    assert largest_object(inst, min_fraction=0.3) is None
+    blobs = np.zeros((20, 20), bool)
+    blobs[:3, :3] = True
+    blobs[8:16, 8:16] = True
+    assert largest_object(blobs).sum() == 64 and largest_object(blobs)[10, 10]
+    assert largest_object(np.zeros((5, 5), bool)) is None
+    with pytest.raises(ShiftbenchError, match="bool or integer"):
+        largest_object(np.zeros((5, 5), np.float32))
