@@ -124,6 +124,8 @@ def test_bad_input_is_refused_clearly(sample):
         sb.create_shift("attribute_color", backend="gan")
     with pytest.raises(ShiftbenchError, match="needs model="):
         sb.create_shift("attribute_color", backend="diffusion")
+    with pytest.raises(ShiftbenchError, match="unknown parameter 'strength'; accepted parameters: color, backend"):
+        sb.create_shift("attribute_color", strength=2)
     with pytest.raises(ShiftbenchError, match="unknown attribute family"):
         edit_attribute(sample.image, "shape", "round", mask=sample.mask)
 

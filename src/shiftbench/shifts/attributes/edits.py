@@ -11,7 +11,7 @@ the label, mask and boxes, and rewrite a sample's caption with the attribute
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -40,6 +40,13 @@ def variation_degree(severity: int) -> float:
     return 1.0 + (int(severity) - 1) / 2.0
 
 
+def _check_extra(shift: str, kw: dict[str, Any], accepted: Sequence[str]) -> None:
+    unknown = sorted(set(kw) - set(AttributeShift.DIFFUSION_PARAMS))
+    if unknown:
+        raise ShiftbenchError(f"shift {shift!r}: unknown parameter {unknown[0]!r}; accepted parameters: "
+                              f"{', '.join(list(accepted) + ['backend', *AttributeShift.DIFFUSION_PARAMS])}")
+
+
 class AttributeShift(Shift):
     """Common machinery: value checking, backends, caption rewriting, severity mapping."""
 
@@ -47,6 +54,8 @@ class AttributeShift(Shift):
     kind: ClassVar[str] = "sample"
     requires: ClassVar[frozenset[str]] = frozenset({"mask"})
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "layout"})
+
+    DIFFUSION_PARAMS: ClassVar[tuple[str, ...]] = ("model", "controlnet", "steps", "guidance", "device")
 
     def __init__(self, value: str, backend: str = "classic", model: str | None = None,
                  controlnet: str | None = None, steps: int = 20, guidance: float = 7.5, device: str = "cpu"):
@@ -117,6 +126,7 @@ class AttributeColor(AttributeShift):
     family = "color"
 
     def __init__(self, color: str = "violet", backend: str = "classic", **kw: Any):
+        _check_extra("attribute_color", kw, ["color"])
         super().__init__(color, backend, **kw)
 
     def classic_params(self, sample: Sample, rng: np.random.Generator) -> dict[str, Any]:
@@ -137,6 +147,7 @@ class AttributeMaterial(AttributeShift):
     family = "material"
 
     def __init__(self, material: str = "wood", backend: str = "classic", texture: str | None = None, **kw: Any):
+        _check_extra("attribute_material", kw, ["material", "texture"])
         super().__init__(material, backend, **kw)
         if texture is not None:
             if backend != "classic":
@@ -171,6 +182,7 @@ class AttributePattern(AttributeShift):
     family = "pattern"
 
     def __init__(self, pattern: str = "dotted", backend: str = "classic", **kw: Any):
+        _check_extra("attribute_pattern", kw, ["pattern"])
         super().__init__(pattern, backend, **kw)
 
     def classic_params(self, sample: Sample, rng: np.random.Generator) -> dict[str, Any]:
@@ -202,6 +214,7 @@ class AttributeStyle(AttributeShift):
                 f"shift 'attribute_style': style edits are global (region='image'); got region={region!r}. "
                 "Use attribute_color/material/pattern for edits inside a mask"
             )
+        _check_extra("attribute_style", kw, ["style", "region"])
         super().__init__(style, backend, **kw)
 
     def classic_params(self, sample: Sample, rng: np.random.Generator) -> dict[str, Any]:
