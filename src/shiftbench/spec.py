@@ -32,6 +32,7 @@ TOP_KEYS = {
     "batch_size": "images per model call (default 32)",
     "log_samples": "store per-sample predictions (default false)",
     "ids": "path of a file with one sample id per line (e.g. from shiftbench curate)",
+    "quality": "image-quality metrics of the shifted images (Pascal-EA; run by python -m shiftbench.report.pascal_ea)",
 }
 SHIFT_KEYS = {"name", "severities", "severity", "params"}
 MODEL_KEYS = {"name", "params"}

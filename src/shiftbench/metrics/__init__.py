@@ -35,3 +35,13 @@ for _name, _cls, _hib, _text in (
 ):
     METRICS.add_lazy(_name, f"shiftbench.metrics.retrieval:{_cls}", description=_text, task="retrieval",
                      higher_is_better=_hib)
+
+# image quality of edited sets (Pascal-EA); lazy: the feature networks load onnx / torch
+for _name, _cls, _desc, _hib in (
+    ("lpips", "LPIPSStyle", "LPIPS-style perceptual distance of edited vs source images (pluggable features)", False),
+    ("dino_distance", "DINODistance", "DINO-style feature distance (1 - cosine) of edited vs source images", False),
+    ("fid", "FID", "Frechet distance of edited vs source feature distributions (exact)", False),
+    ("clip_direction", "CLIPDirectional", "CLIP directional similarity and accuracy of edits (needs a CLIP model)", True),
+):
+    METRICS.add_lazy(_name, f"shiftbench.metrics.quality:{_cls}", description=_desc, task="quality",
+                     higher_is_better=_hib)

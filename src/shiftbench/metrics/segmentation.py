@@ -99,9 +99,18 @@ class MeanIoU(Metric):
             pred = np.asarray(pred)
             if pred.dtype.kind == "f":
                 raise ShiftbenchError("miou takes integer label maps; use Segmenter.predict_masks, not scores")
-            if self._cm is None:
-                raise ShiftbenchError("miou needs num_classes (the model's label_space.num_classes)")
-            self._cm += confusion_matrix(pred, tgt, self.num_classes, self.ignore_index)
+            if self.num_classes is None:
+                # created without num_classes (the runner creates metrics by name): grow the confusion
+                # matrix to the largest label seen; absent classes stay NaN and drop out of the mean
+                t = np.asarray(tgt).astype(np.int64)
+                if self.ignore_index is not None:
+                    t = t[t != self.ignore_index]
+                k = int(max(pred.max(initial=0), t.max(initial=0))) + 1
+                if self._cm is None:
+                    self._cm = np.zeros((k, k), np.int64)
+                elif k > self._cm.shape[0]:
+                    self._cm = np.pad(self._cm, ((0, k - self._cm.shape[0]),) * 2)
+            self._cm += confusion_matrix(pred, tgt, self._cm.shape[0], self.ignore_index)
             self.n += 1
 
     def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:

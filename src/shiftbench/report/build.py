@@ -41,21 +41,23 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
             rows = db.rows(run["run_id"])
             if not rows:
                 raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
-            loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/")))
+            quality = db.artifacts(run["run_id"], "quality/rows.json")
+            loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
+                           json.loads(quality[0]["data"]) if quality else []))
     finally:
         db.close()
     if not loaded:
         raise ShiftbenchError(f"{store}: no run to report")
     out.mkdir(parents=True, exist_ok=True)
     sections = []
-    for i, (run, rows, predictions, thumbs) in enumerate(loaded):
+    for i, (run, rows, predictions, thumbs, quality) in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
         preferred = list(run["spec"].get("metrics") or [])
         headline = [r for r in rows if _headline(r["metric"])]
         tables = build_tables(headline, preferred)
         detail = build_tables(headline, preferred, per_severity=True)
         _write_tables(out, tables, detail, prefix)
-        summaries = _summaries(out, rows, prefix)
+        summaries = _summaries(out, rows, prefix, quality)
         figures = _figures(headline, tables, out, prefix)
         grids = _grids(thumbs, predictions)
         sections.append({"run": run, "rows": rows, "tables": tables, "figures": figures, "grids": grids,
@@ -87,9 +89,15 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
     return {"started": started, "finished": finished}
 
 
-def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
-    """Task-specific summary tables (ObjectCompose families, composed retrieval), as parsed Markdown."""
+def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
+               quality: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Task-specific summary tables (ObjectCompose families, composed retrieval, Pascal-EA), as parsed Markdown."""
+    from .pascal_ea import write_pascal_ea  # attribute runs: Table-1-style drops and the quality table
+
     found = []
+    pascal = write_pascal_ea(out / prefix.rstrip("_") if prefix else out, rows, quality or [])
+    if pascal is not None:
+        found.append({"title": "Pascal-EA: attribute edits", "blocks": markdown_blocks(pascal.read_text())})
     oc = _write_objectcompose(out, rows, prefix)
     if oc:
         found.append({"title": "ObjectCompose summary", "blocks": markdown_blocks(oc)})

