@@ -31,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--severities", type=int, nargs="+", default=[3, 5])
+    parser.add_argument("--corruptions", nargs="+", default=COMMON_CORRUPTIONS, help="default: the 15")
     parser.add_argument("--json", default="benchmarks/results/corruptions_accuracy.json")
     args = parser.parse_args()
     if not reference_available():
@@ -49,7 +50,7 @@ def main() -> None:
     print(f"{'corruption':<20}{'sev':>4}{'ours':>8}{'reference':>11}{'diff':>8}")
     rows = []
     start = time.perf_counter()
-    for name in COMMON_CORRUPTIONS:
+    for name in args.corruptions:
         shift = sb.create_shift(name)
         for severity in args.severities:
             ours = [shift(s, severity=severity, seed=0).image for s in samples]
