@@ -37,3 +37,14 @@ def image() -> np.ndarray:
 @pytest.fixture
 def sample() -> Sample:
     return make_sample()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny torch models: thread start-up and contention on a busy 2-core machine cost far more than the
+    arithmetic; run them on one thread and restore the setting afterwards."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -18,13 +18,7 @@ WORDS = ["[PAD]", "[UNK]", "<s>", "</s>", "a", "an", "violet", "horse", "on", "t
          "sketch", "wooden"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny models: threads only add overhead on a shared machine; restore the setting afterwards
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_tokenizer():

@@ -16,13 +16,7 @@ from conftest import make_sample
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # one image at a time: a second thread only contends with other work on a 2-core machine
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

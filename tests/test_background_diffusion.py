@@ -18,13 +18,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny modules: thread start-up and contention on a busy 2-core machine cost 30x the arithmetic
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _tokenizer():

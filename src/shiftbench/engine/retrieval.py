@@ -25,6 +25,7 @@ from ..metrics.retrieval import RECALL_KS, recall_at_k
 from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Query
 from ..spec import Spec
+from .evaluate import _Condition
 from .store import ConditionKey, Store
 
 __all__ = ["run_retrieval", "retrieve", "is_retrieval_spec", "GalleryIndex", "validate_queries"]
@@ -166,13 +167,6 @@ def subset_ranks(scores_of: Any, composed: np.ndarray, gallery_feats: np.ndarray
 
 
 # -- the run ------------------------------------------------------------------------------------------
-@dataclass
-class _Condition:
-    shift_name: str
-    params: dict[str, Any]
-    severity: int
-    shift: Any
-
 
 class _Features:
     """Feature caches of one run: gallery per (image encoder, gallery condition), queries per condition."""
