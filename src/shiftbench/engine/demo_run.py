@@ -66,8 +66,10 @@ def _print_classification(console, rows: list[dict[str, Any]]) -> None:
     from ..report.tables import condition_label
 
     table = Table(title="top-1 accuracy (%) on objects", title_justify="left")
-    for col in ("model", "clean", "corruptions (mean)", "backgrounds (mean)", "worst condition"):
-        table.add_column(col)
+    table.add_column("model", no_wrap=True)
+    for col in ("clean", "corruptions (mean)", "backgrounds (mean)"):
+        table.add_column(col, justify="right")
+    table.add_column("worst condition", overflow="fold")
     top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
     from ..registry import SHIFTS
 
