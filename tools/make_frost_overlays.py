@@ -4,20 +4,22 @@
 
 Each overlay is grown from a fixed seed out of three layers:
 
-- crinkle: ridged noise, the dense crinkled ice skin that covers the whole pane. For several
-  wavelengths (2-12 px) and four orientations, white noise is band-passed with an elongated
+- crinkle: ridged noise, the dense crinkled ice skin that covers the whole pane. At four scales
+  (Gaussian widths 0.7-5.6 px) and four orientations, white noise is band-passed with an elongated
   (oriented) difference of Gaussians; the absolute value turns its zero crossings into sharp
   creases. A smooth random field picks which orientation dominates where, so patches crinkle
   in different directions;
 - feathers: many dendritic ice crystals (jittered needle polylines with dense, short side needles
   at about +-60 degrees), drawn anti-aliased, covering the pane rather than dotting it;
-- haze: smoothed noise, the slow variation of frosted glass.
+- haze: very smooth noise, the slow variation of light across the pane.
 
-The sum is then matched to measured statistics of the five frost photographs ImageNet-C uses
-(numbers only; none of their pixels): first its spatial structure, band by band (the standard
-deviation of each octave of a difference-of-Gaussians pyramid, i.e. the radially averaged power
-spectrum in octaves), then, channel by channel, its mean and spread of brightness, so that frost
-changes an image by the same amount, and with the same fine texture, as the reference.
+The sum is then matched to statistics measured on the five frost photographs ImageNet-C uses
+(numbers only; none of their pixels), each as a 224 px image sees it (frost crops an overlay at a
+random offset, so a pixel counts as often as the crops that contain it): first its spatial
+structure, band by band (the standard deviation of each octave of a difference-of-Gaussians
+pyramid, i.e. the radially averaged power spectrum in octaves), then the correlations between the
+colour channels, then, channel by channel, the mean and spread of brightness. So frost changes an
+image by the same amount, and with the same fine texture, as the reference.
 The output is deterministic for a given seed and OpenCV/numpy version.
 """
 
