@@ -251,3 +251,25 @@ def test_metric_state_survives_the_store_round_trip(name, task):
     resumed.load_state_dict(decode_state(saved))
     resumed.update_from_samples(predict(model, b), b)
     assert resumed.compute() == pytest.approx(whole.compute(), abs=1e-12)
+
+
+def test_bundled_classifiers_clean_top1_equals_direct_computation(tmp_path):
+    """The three EfficientNet-Lite models on `objects` through the runner give exactly the top-1 of the
+    model called directly on the same images."""
+    spec = {"dataset": "objects", "limit": 24, "models": ["efficientnet_lite0", "efficientnet_lite1",
+                                                          "efficientnet_lite2"],
+            "shifts": ["clean", {"name": "gaussian_noise", "severities": [3]}], "metrics": ["top1"],
+            "batch_size": 10}
+    rows = sb.evaluate(spec, store=tmp_path / "r.db")
+    data = sb.load_dataset("objects", limit=24)
+    samples = [data.load(i) for i in range(len(data))]
+    labels = np.array([s.label for s in samples])
+    noise = sb.create_shift("gaussian_noise")
+    for name in spec["models"]:
+        model = sb.create_model(name)
+        clean = float((model.predict_logits([s.image for s in samples]).argmax(1) == labels).mean())
+        shifted = [noise(s, severity=3, seed=0).image for s in samples]
+        noisy = float((model.predict_logits(shifted).argmax(1) == labels).mean())
+        got = {(r["shift"]): r["value"] for r in rows if r["model"] == name}
+        assert got["clean"] == pytest.approx(clean, abs=1e-12), name
+        assert got["gaussian_noise"] == pytest.approx(noisy, abs=1e-12), name
