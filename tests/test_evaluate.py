@@ -273,3 +273,31 @@ def test_bundled_classifiers_clean_top1_equals_direct_computation(tmp_path):
         got = {(r["shift"]): r["value"] for r in rows if r["model"] == name}
         assert got["clean"] == pytest.approx(clean, abs=1e-12), name
         assert got["gaussian_noise"] == pytest.approx(noisy, abs=1e-12), name
+
+
+def test_curate_keeps_what_every_model_gets_right(tmp_path):
+    from shiftbench.engine.curate import curate
+    from shiftbench.registry import MODELS
+
+    if "_test_dummy2" not in MODELS:
+        MODELS.add("_test_dummy2", lambda: sb.create_model("dummy_classifier", label_space=2))
+        MODELS.add("_test_dummy2b", lambda: sb.create_model("dummy_classifier", label_space=2, seed=5))
+    data = TinyDataset()
+    images = [data.load(i).image for i in range(len(data))]
+    labels = np.array([data.load(i).label for i in range(len(data))])
+    right_a = sb.create_model("dummy_classifier", label_space=2).predict_logits(images).argmax(1) == labels
+    right_b = sb.create_model("dummy_classifier", label_space=2, seed=5).predict_logits(images).argmax(1) == labels
+    out = tmp_path / "ids.txt"
+    one = curate("_test_tiny", ["_test_dummy2"], out, batch_size=7)
+    expected = [data.sample_id(i) for i in np.nonzero(right_a)[0]]
+    assert expected and one["ids"] == expected and one["kept"] == len(expected) and one["total"] == 20
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("# shiftbench curate") and lines[1:] == expected
+    both = curate("_test_tiny", ["_test_dummy2", "_test_dummy2b"], None, batch_size=7)
+    assert both["ids"] == [data.sample_id(i) for i in np.nonzero(right_a & right_b)[0]]
+    # the id list drives a spec: the curated samples are all right for that model
+    rows = sb.evaluate({"dataset": "_test_tiny", "ids": str(out), "models": ["_test_dummy2"],
+                        "shifts": ["clean"], "metrics": ["top1"]}, store=tmp_path / "r.db")
+    assert rows[0]["value"] == 1.0 and rows[0]["n"] == len(expected)
+    with pytest.raises(ShiftbenchError, match="needs classifiers"):
+        curate("_test_tiny", ["dummy_segmenter"], None)
