@@ -301,3 +301,11 @@ def test_curate_keeps_what_every_model_gets_right(tmp_path):
     assert rows[0]["value"] == 1.0 and rows[0]["n"] == len(expected)
     with pytest.raises(ShiftbenchError, match="needs classifiers"):
         curate("_test_tiny", ["dummy_segmenter"], None)
+
+
+def test_another_batch_size_is_another_run(tmp_path):
+    db = tmp_path / "r.db"
+    a = sb.evaluate(spec(batch_size=6), store=db)
+    b = sb.evaluate(spec(batch_size=7), store=db)
+    assert a[0]["run_id"] != b[0]["run_id"]
+    assert key(a) == key(b)  # same numbers whatever the batching

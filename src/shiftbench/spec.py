@@ -102,6 +102,8 @@ class Spec:
             "seed": self.seed,
             "limit": self.limit,
             "ids": self.ids,
+            # batch boundaries are where a resumed run picks up its saved metric state: part of the identity
+            "batch_size": self.batch_size,
         }
 
 
