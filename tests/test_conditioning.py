@@ -14,7 +14,7 @@ from shiftbench.conditioning.prompts import prompt, prompt_names, prompt_sets, r
 from shiftbench.errors import ShiftbenchError
 from shiftbench.sample import Sample
 
-from conftest import make_sample
+from conftest import save_tiny_blip2, make_sample
 
 
 # -- post-processing --------------------------------------------------------------------------------
@@ -284,20 +284,8 @@ def test_blip2_captioner_on_a_tiny_random_model(tmp_path):
                                                bos_token="[BOS]", eos_token="[EOS]", model_max_length=16)
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
     torch.manual_seed(0)
-    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
-                  num_attention_heads=4)
-    cfg = transformers.Blip2Config(
-        vision_config=vision,
-        qformer_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                            intermediate_size=37, encoder_hidden_size=32),
-        text_config=dict(model_type="opt", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, ffn_dim=37,
-                         num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
-                         bos_token_id=2, eos_token_id=3, pad_token_id=0),
-        num_query_tokens=4, image_token_index=tok.convert_tokens_to_ids("<image>"))
     folder = tmp_path / "blip2"
-    transformers.Blip2ForConditionalGeneration(cfg).save_pretrained(folder)
-    transformers.Blip2Processor(image_processor=transformers.BlipImageProcessor(size={"height": 32, "width": 32}),
-                                tokenizer=tok, num_query_tokens=4).save_pretrained(folder)
+    save_tiny_blip2(folder, tok)
     from shiftbench.models.hf import HFCaptioner
 
     samples = [make_sample(sid="b0"), make_sample(seed=1, sid="b1")]

@@ -12,6 +12,8 @@ import pytest
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
 from shiftbench.models import Detections
+
+from conftest import save_tiny_blip2
 from shiftbench.models.hf import HFCaptioner, HFDetector, HFSegmenter, HFZeroShotClassifier
 
 transformers = pytest.importorskip("transformers")
@@ -83,17 +85,7 @@ def folders(tmp_path_factory):
     # BLIP-2 with a tiny OPT decoder
     out["blip2"] = root / "blip2"
     tok = _tokenizer(with_eos=False, extra=("<image>",))
-    cfg = transformers.Blip2Config(
-        vision_config=dict(VISION, num_hidden_layers=1),
-        qformer_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                            intermediate_size=37, encoder_hidden_size=32),
-        text_config=dict(model_type="opt", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, ffn_dim=37,
-                         num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
-                         bos_token_id=2, eos_token_id=3, pad_token_id=0),
-        num_query_tokens=4, image_token_index=tok.convert_tokens_to_ids("<image>"))
-    transformers.Blip2ForConditionalGeneration(cfg).save_pretrained(out["blip2"])
-    transformers.Blip2Processor(image_processor=transformers.BlipImageProcessor(size={"height": 32, "width": 32}),
-                                tokenizer=tok, num_query_tokens=4).save_pretrained(out["blip2"])
+    save_tiny_blip2(out["blip2"], tok)
     return out
 
 

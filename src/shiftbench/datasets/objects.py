@@ -184,18 +184,19 @@ def scene_info(scene_id: str) -> SceneInfo:
         raise _unknown("scene", scene_id, _scenes()) from None
 
 
+@lru_cache(maxsize=None)
 def _read_png(name: str, mode: str) -> np.ndarray:
+    """An asset decoded once per process, read-only (callers copy before handing it out)."""
     from PIL import Image
 
     with _asset_dir().joinpath(name).open("rb") as f, Image.open(f) as img:
-        return np.asarray(img.convert(mode), dtype=np.uint8)
-
-
-@lru_cache(maxsize=None)
-def _cutout(object_id: str) -> np.ndarray:
-    arr = _read_png(object_info(object_id).file, "RGBA")
+        arr = np.asarray(img.convert(mode), dtype=np.uint8)
     arr.setflags(write=False)
     return arr
+
+
+def _cutout(object_id: str) -> np.ndarray:
+    return _read_png(object_info(object_id).file, "RGBA")
 
 
 def cutout(object_id: str) -> np.ndarray:
@@ -203,11 +204,8 @@ def cutout(object_id: str) -> np.ndarray:
     return _cutout(object_id).copy()
 
 
-@lru_cache(maxsize=None)
 def _scene(scene_id: str) -> np.ndarray:
-    arr = _read_png(scene_info(scene_id).file, "RGB")
-    arr.setflags(write=False)
-    return arr
+    return _read_png(scene_info(scene_id).file, "RGB")
 
 
 def scene(scene_id: str) -> np.ndarray:
