@@ -48,25 +48,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def save_tiny_blip2(folder, tokenizer) -> None:
-    """A tiny random BLIP-2 (ViT 32 px, one layer each, OPT decoder) with its processor, saved to ``folder``.
-
-    ``tokenizer`` must hold an ``<image>`` token; ids 0/2/3 are pad/bos/eos.
-    """
-    import transformers
-
-    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
-                  num_attention_heads=4)
-    cfg = transformers.Blip2Config(
-        vision_config=vision,
-        qformer_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                            intermediate_size=37, encoder_hidden_size=32),
-        text_config=dict(model_type="opt", vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
-                         ffn_dim=37, num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
-                         bos_token_id=2, eos_token_id=3, pad_token_id=0),
-        num_query_tokens=4, image_token_index=tokenizer.convert_tokens_to_ids("<image>"))
-    transformers.Blip2ForConditionalGeneration(cfg).save_pretrained(folder)
-    transformers.Blip2Processor(image_processor=transformers.BlipImageProcessor(size={"height": 32, "width": 32}),
-                                tokenizer=tokenizer, num_query_tokens=4).save_pretrained(folder)

@@ -14,7 +14,8 @@ from shiftbench.conditioning.prompts import prompt, prompt_names, prompt_sets, r
 from shiftbench.errors import ShiftbenchError
 from shiftbench.sample import Sample
 
-from conftest import save_tiny_blip2, make_sample
+import tiny_hub
+from conftest import make_sample
 
 
 # -- post-processing --------------------------------------------------------------------------------
@@ -285,7 +286,7 @@ def test_blip2_captioner_on_a_tiny_random_model(tmp_path):
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
     torch.manual_seed(0)
     folder = tmp_path / "blip2"
-    save_tiny_blip2(folder, tok)
+    tiny_hub.save_tiny_blip2(folder, tok)
     from shiftbench.models.hf import HFCaptioner
 
     samples = [make_sample(sid="b0"), make_sample(seed=1, sid="b1")]

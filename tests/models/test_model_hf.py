@@ -13,80 +13,24 @@ import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
 from shiftbench.models import Detections
 
-from conftest import save_tiny_blip2
+import tiny_hub
 from shiftbench.models.hf import HFCaptioner, HFDetector, HFSegmenter, HFZeroShotClassifier
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 tokenizers = pytest.importorskip("tokenizers")
 
-WORDS = "a photo of the cat dog car red blue small large bad many sculpture itap origami".split()
 CLASSES = ["cat", "dog", "car"]
 TEMPLATES = ["a photo of a {}.", "a bad photo of the {}."]
 
 
-def _tokenizer(with_eos: bool = True, extra: tuple[str, ...] = ()):
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
-
-    vocab = {"[PAD]": 0, "[UNK]": 1, "[BOS]": 2, "[EOS]": 3}
-    for w in WORDS + [".", ","]:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    single = "[BOS] $A [EOS]" if with_eos else "[BOS] $A"
-    tok.post_processor = processors.TemplateProcessing(single=single, special_tokens=[("[BOS]", 2), ("[EOS]", 3)])
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
-                                                bos_token="[BOS]", eos_token="[EOS]", model_max_length=16)
-    if extra:
-        fast.add_special_tokens({"additional_special_tokens": list(extra)})
-    return fast
-
-
-TEXT = dict(vocab_size=32, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-            max_position_embeddings=16, bos_token_id=2, eos_token_id=3, pad_token_id=0)
-VISION = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    torch.manual_seed(0)
     root = tmp_path_factory.mktemp("hf")
-    out = {}
-    # CLIP: shortest edge 40, centre crop 32
-    out["clip"] = root / "clip"
-    transformers.CLIPModel(transformers.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16)).save_pretrained(out["clip"])
-    transformers.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32}).save_pretrained(out["clip"])
-    _tokenizer().save_pretrained(out["clip"])
-    # SigLIP: squash to 32x32, mean/std 0.5
-    out["siglip"] = root / "siglip"
-    model = transformers.SiglipModel(transformers.SiglipConfig(text_config=TEXT, vision_config=VISION))
-    with torch.no_grad():
-        model.logit_bias.fill_(-2.5)
-    model.save_pretrained(out["siglip"])
-    transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(out["siglip"])
-    _tokenizer().save_pretrained(out["siglip"])
-    # DETR with a transformers ResNet backbone (no timm)
-    out["detr"] = root / "detr"
-    backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage1", "stage2"])
-    cfg = transformers.DetrConfig(
-        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=16,
-        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=16, decoder_ffn_dim=16, num_queries=6, num_labels=3,
-        id2label=dict(enumerate(CLASSES)), label2id={c: i for i, c in enumerate(CLASSES)})
-    transformers.DetrForObjectDetection(cfg).save_pretrained(out["detr"])
-    transformers.DetrImageProcessor(size={"shortest_edge": 32, "longest_edge": 64}).save_pretrained(out["detr"])
-    # SegFormer semantic segmenter, 4 classes
-    out["segformer"] = root / "segformer"
-    cfg = transformers.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
-                                       patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
-                                       decoder_hidden_size=16, num_labels=4)
-    transformers.SegformerForSemanticSegmentation(cfg).save_pretrained(out["segformer"])
-    transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(out["segformer"])
-    # BLIP-2 with a tiny OPT decoder
-    out["blip2"] = root / "blip2"
-    tok = _tokenizer(with_eos=False, extra=("<image>",))
-    save_tiny_blip2(out["blip2"], tok)
-    return out
+    return {"clip": tiny_hub.save_tiny_clip(root / "clip"), "siglip": tiny_hub.save_tiny_siglip(root / "siglip"),
+            "detr": tiny_hub.save_tiny_detr(root / "detr", CLASSES),
+            "segformer": tiny_hub.save_tiny_segformer(root / "segformer", num_labels=4),
+            "blip2": tiny_hub.save_tiny_blip2(root / "blip2")}
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
+import tiny_hub
 from shiftbench.models.open_clip_models import OpenClipZeroShot, parse_source, preprocess_from_open_clip
 from shiftbench.models.timm_models import TimmClassifier, label_space_from_config, preprocess_from_data_config
 
@@ -65,31 +66,8 @@ def test_timm_classifier_adapter_on_a_tiny_module():
         TimmClassifier(TinyNet(0), DATA_CONFIG, "timm:headless")
 
 
-class TinyClip(torch.nn.Module):
-    """The open_clip surface the adapter uses: encode_image, encode_text, logit_scale, visual.preprocess_cfg."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(1)
-        self.visual = TinyNet(6)
-        self.visual.preprocess_cfg = {"size": 20, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
-                                      "interpolation": "bicubic", "resize_mode": "shortest"}
-        self.tokens = torch.nn.Embedding(50, 6)
-        self.logit_scale = torch.nn.Parameter(torch.tensor(np.log(50.0), dtype=torch.float32))
-
-    def encode_image(self, x):
-        return self.visual(x)
-
-    def encode_text(self, ids):
-        return self.tokens(ids).mean(dim=1)
-
-
-def _tokenize(texts):
-    return torch.tensor([[sum(map(ord, w)) % 50 for w in (t.split() + ["<pad>"] * 8)[:8]] for t in texts])
-
-
 def test_open_clip_zero_shot_adapter_on_a_tiny_model():
-    clip = TinyClip()
+    clip, _tokenize = tiny_hub.tiny_open_clip()
     model = OpenClipZeroShot(clip, _tokenize, "open_clip:tiny/none", classes=["cat", "dog", "car"],
                              templates=["a photo of a {}.", "a {}."])
     assert model.preprocess.size == (20, 20) and model.preprocess.crop_fraction == 1.0

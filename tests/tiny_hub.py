@@ -1,0 +1,167 @@
+"""Tiny random hub models built from config and saved to folders (no downloads), shared by the adapter
+tests and the end-to-end tests: CLIP, SigLIP, DETR, SegFormer, BLIP-2 (transformers) and an open_clip-shaped
+module. Each ``save_*`` writes a folder that ``sb.create_model("hf:" + folder)`` loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+WORDS = "a photo of the cat dog car red blue small large bad many sculpture itap origami".split()
+
+TEXT = dict(vocab_size=32, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=16, bos_token_id=2, eos_token_id=3, pad_token_id=0)
+VISION = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+              num_attention_heads=4)
+
+
+def tokenizer(with_eos: bool = True, extra: tuple[str, ...] = ()):
+    """A word-level fast tokenizer over WORDS (unknown words map to [UNK]); ids 0/1/2/3 are pad/unk/bos/eos."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[BOS]": 2, "[EOS]": 3}
+    for w in WORDS + [".", ","]:
+        vocab.setdefault(w, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    single = "[BOS] $A [EOS]" if with_eos else "[BOS] $A"
+    tok.post_processor = processors.TemplateProcessing(single=single, special_tokens=[("[BOS]", 2), ("[EOS]", 3)])
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                                bos_token="[BOS]", eos_token="[EOS]", model_max_length=16)
+    if extra:
+        fast.add_special_tokens({"additional_special_tokens": list(extra)})
+    return fast
+
+
+def save_tiny_clip(folder: Path, seed: int = 0) -> Path:
+    """CLIP: shortest edge 40, centre crop 32."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    transformers.CLIPModel(transformers.CLIPConfig(text_config=TEXT, vision_config=VISION, projection_dim=16)).save_pretrained(folder)
+    transformers.CLIPImageProcessor(size={"shortest_edge": 40}, crop_size={"height": 32, "width": 32}).save_pretrained(folder)
+    tokenizer().save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_siglip(folder: Path, seed: int = 0) -> Path:
+    """SigLIP: squash to 32x32, mean/std 0.5, logit bias -2.5."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.SiglipModel(transformers.SiglipConfig(text_config=TEXT, vision_config=VISION))
+    with torch.no_grad():
+        model.logit_bias.fill_(-2.5)
+    model.save_pretrained(folder)
+    transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    tokenizer().save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_detr(folder: Path, id2label: dict[int, str] | Sequence[str] = ("cat", "dog", "car"), num_queries: int = 6,
+                   seed: int = 0) -> Path:
+    """DETR with a transformers ResNet backbone (no timm); ``id2label`` as in a hub config."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    if not isinstance(id2label, dict):
+        id2label = dict(enumerate(id2label))
+    backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
+                                         out_features=["stage1", "stage2"])
+    cfg = transformers.DetrConfig(
+        use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=16,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=16, decoder_ffn_dim=16, num_queries=num_queries, num_labels=max(id2label) + 1,
+        id2label={int(k): v for k, v in id2label.items()}, label2id={v: int(k) for k, v in id2label.items()})
+    transformers.DetrForObjectDetection(cfg).save_pretrained(folder)
+    transformers.DetrImageProcessor(size={"shortest_edge": 32, "longest_edge": 64}).save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_segformer(folder: Path, num_labels: int = 4, id2label: dict[int, str] | Sequence[str] | None = None,
+                        seed: int = 0) -> Path:
+    """A SegFormer semantic segmenter (input squashed to 32x32)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    extra = {}
+    if id2label is not None:
+        if not isinstance(id2label, dict):
+            id2label = dict(enumerate(id2label))
+        num_labels = len(id2label)
+        extra = dict(id2label={int(k): v for k, v in id2label.items()}, label2id={v: int(k) for k, v in id2label.items()})
+    cfg = transformers.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
+                                       patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+                                       decoder_hidden_size=16, num_labels=num_labels, **extra)
+    transformers.SegformerForSemanticSegmentation(cfg).save_pretrained(folder)
+    transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return Path(folder)
+
+
+def save_tiny_blip2(folder: Path, tok=None, seed: int = 0) -> Path:
+    """A tiny random BLIP-2 (ViT 32 px, one layer each, OPT decoder) with its processor.
+
+    ``tok`` must hold an ``<image>`` token; ids 0/2/3 are pad/bos/eos (default: WORDS' tokenizer).
+    """
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    tok = tok if tok is not None else tokenizer(with_eos=False, extra=("<image>",))
+    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                  num_attention_heads=4)
+    cfg = transformers.Blip2Config(
+        vision_config=vision,
+        qformer_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=37, encoder_hidden_size=32),
+        text_config=dict(model_type="opt", vocab_size=len(tok), hidden_size=32, num_hidden_layers=1,
+                         ffn_dim=37, num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=32,
+                         bos_token_id=2, eos_token_id=3, pad_token_id=0),
+        num_query_tokens=4, image_token_index=tok.convert_tokens_to_ids("<image>"))
+    transformers.Blip2ForConditionalGeneration(cfg).save_pretrained(folder)
+    transformers.Blip2Processor(image_processor=transformers.BlipImageProcessor(size={"height": 32, "width": 32}),
+                                tokenizer=tok, num_query_tokens=4).save_pretrained(folder)
+    return Path(folder)
+
+
+def tiny_open_clip():
+    """(module, tokenize): a torch module with open_clip's surface (encode_image, encode_text, logit_scale,
+    visual.preprocess_cfg) and a tokenizer function, for ``OpenClipZeroShot(module, tokenize, name)``."""
+    import torch
+
+    class TinyVisual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.head = torch.nn.Linear(8, 6)
+            self.preprocess_cfg = {"size": 20, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
+                                   "interpolation": "bicubic", "resize_mode": "shortest"}
+
+        def forward(self, x):
+            return self.head(self.conv(x).relu().mean(dim=(2, 3)))
+
+    class TinyClip(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(1)
+            self.visual = TinyVisual()
+            self.tokens = torch.nn.Embedding(50, 6)
+            self.logit_scale = torch.nn.Parameter(torch.tensor(np.log(50.0), dtype=torch.float32))
+
+        def encode_image(self, x):
+            return self.visual(x)
+
+        def encode_text(self, ids):
+            return self.tokens(ids).mean(dim=1)
+
+    def tokenize(texts):
+        return torch.tensor([[sum(map(ord, w)) % 50 for w in (t.split() + ["<pad>"] * 8)[:8]] for t in texts])
+
+    return TinyClip(), tokenize
