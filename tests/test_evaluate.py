@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -84,37 +83,13 @@ def test_rerun_is_resumed_not_duplicated(tmp_path):
 
 
 def test_kill_mid_run_then_resume_matches_uninterrupted(tmp_path):
-    reference = sb.evaluate(spec(), store=tmp_path / "ref.db")
-    db = tmp_path / "k.db"
-    code = (
-        "import sys, time; sys.path[:0] = [%r, %r]\n"
-        "import tiny_registry, json, shiftbench as sb\n"
-        "spec = json.loads(%r)\n"
-        "sb.evaluate(spec, store=%r, on_batch=lambda m, b: time.sleep(0.15))\n"
-    ) % (str(HERE), str(HERE.parent / "src"), json.dumps(spec()), str(db))
-    proc = subprocess.Popen([sys.executable, "-c", code])
-    import sqlite3
+    from e2e import kill_and_resume, row_key
 
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        time.sleep(0.05)
-        try:
-            with sqlite3.connect(db, timeout=1) as conn:
-                done = conn.execute("SELECT COUNT(*) FROM conditions WHERE status = 'done'").fetchone()[0]
-                batches = conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
-        except sqlite3.Error:
-            continue
-        if done >= 2 and batches % 4 != 0:  # mid-condition
-            break
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    store = Store(db)
-    partial = len(store.rows())
-    assert 0 < partial < len(reference)
-    store.close()
-    resumed = sb.evaluate(spec(), store=db)
-    assert key(resumed) == key(reference)
-    assert Store(db).integrity_check() == "ok"
+    reference, resumed, partial = kill_and_resume(spec(), tmp_path, setup="import tiny_registry",
+                                                  min_batches=3, min_done=1, delay=0.15)
+    assert 0 < len(partial) < len(reference)
+    assert row_key(resumed) == row_key(reference)
+    assert Store(tmp_path / "resumed.db").integrity_check() == "ok"
 
 
 def test_log_samples_and_thumbnails(tmp_path):
