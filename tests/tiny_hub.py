@@ -72,12 +72,14 @@ def save_tiny_detr(folder: Path, id2label: dict[int, str] | Sequence[str] = ("ca
     torch.manual_seed(seed)
     if not isinstance(id2label, dict):
         id2label = dict(enumerate(id2label))
+    # hub DETR configs list every slot up to the largest category id, gaps named "N/A" (COCO's 91 slots)
+    id2label = {i: id2label.get(i, "N/A") for i in range(max(id2label) + 1)}
     backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
                                          out_features=["stage1", "stage2"])
     cfg = transformers.DetrConfig(
         use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False, d_model=16,
         encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=16, decoder_ffn_dim=16, num_queries=num_queries, num_labels=max(id2label) + 1,
+        encoder_ffn_dim=16, decoder_ffn_dim=16, num_queries=num_queries, num_labels=len(id2label),
         id2label={int(k): v for k, v in id2label.items()}, label2id={v: int(k) for k, v in id2label.items()})
     transformers.DetrForObjectDetection(cfg).save_pretrained(folder)
     transformers.DetrImageProcessor(size={"shortest_edge": 32, "longest_edge": 64}).save_pretrained(folder)
