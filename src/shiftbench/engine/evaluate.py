@@ -133,7 +133,8 @@ class _Runner:
         from .retrieval import is_retrieval_spec, run_retrieval
 
         if is_retrieval_spec(spec):
-            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models)
+            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
+                                 self.on_batch)
         # -- end of the composed-retrieval hook
         dataset = self._dataset()
         models = self._models(dataset)

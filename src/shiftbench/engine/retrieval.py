@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -178,8 +178,12 @@ class _Features:
 
 
 def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress: bool = False,
-                  given_models: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Evaluate a retrieval spec into ``store``; returns the run's rows."""
+                  given_models: dict[str, Any] | None = None,
+                  on_batch: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
+    """Evaluate a retrieval spec into ``store``; returns the run's rows.
+
+    ``on_batch(model, 0)`` is called after each finished (model, condition): all queries are one batch.
+    """
     from ..datasets import load
     from ..metrics.base import check_task
     from .provenance import git_hash, versions
@@ -255,6 +259,8 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
                     (q.id, {"target": q.target_id, "rank": int(r), "top": [gallery.ids[j] for j in top[i, :TOPK_LOGGED]],
                             "text": q.text}) for i, (q, r) in enumerate(zip(queries, ranks))])
             store.finish_condition(cids[(m, ci)], results, n=n_queries)
+            if on_batch is not None:
+                on_batch(m, 0)
         say(f"{cond.shift_name} s{cond.severity}: {len(pending)} retrievers in {time.perf_counter() - t0:.1f} s")
     store.finish_run(run_id)
     return store.rows(run_id)
