@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +19,33 @@ import numpy as np
 
 from .errors import ImageError
 
-__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "to_mask"]
+__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "to_mask", "content_id"]
 
 
 def _where(source: Any) -> str:
     return f"{source}: " if source else ""
+
+
+def content_id(value: np.ndarray | str) -> str:
+    """A stable id derived from content, for records that come without one.
+
+    An array gives ``"img-"`` + a blake2b digest of its shape, dtype and bytes; a string gives
+    ``"txt-"`` + a digest of its UTF-8 text. Different content gives different ids (so different random
+    streams in shifts); the same content gives the same id on every machine and in every process.
+
+    >>> content_id("a dog") == content_id("a dog") != content_id("a cat")
+    True
+    >>> content_id(np.zeros((2, 2, 3), np.uint8))
+    'img-9dfa78a2f4402971fe5bfbd5caa5d807'
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    if isinstance(value, str):
+        digest.update(b"text\x1f" + value.encode("utf-8", "surrogatepass"))  # lone surrogates too
+        return "txt-" + digest.hexdigest()
+    arr = np.ascontiguousarray(value)
+    digest.update(f"{arr.shape}\x1f{arr.dtype.str}\x1f".encode("ascii"))
+    digest.update(memoryview(arr).cast("B"))
+    return "img-" + digest.hexdigest()
 
 
 def to_rgb_uint8(image: Any, source: str | os.PathLike | None = None) -> np.ndarray:
@@ -163,12 +186,14 @@ class Sample:
     boxes: np.ndarray | None = None
     box_labels: np.ndarray | None = None
     caption: str | None = None
-    id: str = "0"
+    id: str | None = None  # None: derived from the image content (see content_id)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.image = to_rgb_uint8(self.image, source=self.meta.get("path") if self.meta else None)
-        self.id = str(self.id)
+        # Without an id, the content decides the random streams of shifts: two different images never
+        # share a noise field, and the same image always gets the same one.
+        self.id = content_id(self.image) if self.id is None else str(self.id)
         h, w = self.image.shape[:2]
         if self.mask is not None:
             self.mask = to_mask(self.mask, (h, w), source=f"sample {self.id}")
@@ -203,11 +228,13 @@ class Query:
     text: str
     target_id: str | None = None
     subset_ids: tuple[str, ...] | None = None
-    id: str = "0"
+    id: str | None = None  # None: derived from the modification text and the reference's id
     category: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.id is None and isinstance(self.text, str):
+            self.id = content_id(f"{self.reference.id}\x1f{self.text}")
         self.id = str(self.id)
         if not isinstance(self.text, str):
             raise ImageError(f"query {self.id}: modification text must be a string, got {type(self.text).__name__}")
