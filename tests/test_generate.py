@@ -28,7 +28,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 def test_outputs_and_manifest(tmp_path):
     out = tmp_path / "out"
     summary = generate("_test_tiny", ["_test_noise"], [1, 3], out, seed=5)
-    assert summary == {"written": 40, "skipped": 0, "total": 40}
+    assert summary == {"written": 40, "skipped": 0, "total": 40, "unreadable": 0}
     records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert len(records) == 40 and not (out / "manifest.partial.jsonl").exists()
     r = records[0]

@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import ImageError
 
-__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "to_mask", "content_id"]
+__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "image_error_reason", "to_mask", "content_id"]
 
 
 def _where(source: Any) -> str:
@@ -136,9 +136,42 @@ def _pil_to_rgb(img: Any, where: str) -> np.ndarray:
         raise ImageError(f"{where}cannot convert image mode {mode} to RGB ({exc})") from None
 
 
+def image_error_reason(exc: BaseException) -> str:
+    """Why an image library refused a file, in a few words (for a one-line error naming the file).
+
+    Covers what Pillow raises while opening or decoding: its pixel-count guard
+    (``DecompressionBombError``, or its warning when warnings are errors), unknown formats,
+    truncated data (``OSError``), damaged headers (``SyntaxError``, ``ValueError``, ``struct.error``,
+    ``EOFError``, ``IndexError``, ...), and running out of memory.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return (f"larger than Pillow's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS} pixels ({exc}); "
+                "raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file")
+    if isinstance(exc, FileNotFoundError):
+        return "file not found"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not an image"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    if isinstance(exc, UnidentifiedImageError):
+        return "not a readable image (unknown or corrupt format)"
+    if isinstance(exc, MemoryError):
+        return "too large to decode in memory"
+    detail = str(exc).strip() or "no detail"
+    if isinstance(exc, OSError):  # Pillow's truncated / broken data
+        return f"cannot read image ({detail})"
+    return f"cannot read image ({type(exc).__name__}: {detail})"
+
+
 def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Read an image file as HxWx3 uint8 RGB (EXIF orientation applied); errors name the file."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    """Read an image file as HxWx3 uint8 RGB (EXIF orientation applied); errors name the file.
+
+    Any exception of the image library while opening or decoding becomes one :class:`ImageError`
+    that names the file and the reason (see :func:`image_error_reason`).
+    """
+    from PIL import Image, ImageOps
 
     path = Path(path)
     try:
@@ -146,14 +179,10 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
             img.load()
             img = ImageOps.exif_transpose(img)
             return to_rgb_uint8(img, source=path)
-    except FileNotFoundError:
-        raise ImageError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ImageError(f"{path}: is a directory, not an image") from None
-    except UnidentifiedImageError:
-        raise ImageError(f"{path}: not a readable image (unknown or corrupt format)") from None
-    except (OSError, SyntaxError, ValueError) as exc:  # truncated or damaged files
-        raise ImageError(f"{path}: cannot read image ({exc})") from None
+    except ImageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes one line
+        raise ImageError(f"{path}: {image_error_reason(exc)}") from None
 
 
 def to_mask(mask: Any, shape: tuple[int, int], source: str | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ from .base import Dataset, Subset
 # standard library only; Pillow is imported when an image is read).
 from . import coco, imagefolder, objects, objects_cir, photos, retrieval, voc  # noqa: E402,F401
 
-__all__ = ["Dataset", "Subset", "load"]
+__all__ = ["Dataset", "Subset", "load", "reader_kwargs"]
 
 
 def load(name_or_path: str, format: str | None = None, limit: int | None = None, **kwargs: Any) -> Dataset:
@@ -50,3 +50,25 @@ def _detect(path: Path, **kwargs: Any) -> Dataset:
             return reader(root=path, **kwargs)
     formats = ", ".join(e.name for e in readers) or "none registered"
     raise ShiftbenchError(f"{path}: cannot tell the dataset format; pass format= one of: {formats}")
+
+
+def reader_kwargs(name_or_path: str, params: dict[str, Any], on_error: str = "fail",
+                  verify: str = "full") -> dict[str, Any]:
+    """The keyword arguments to ``load`` a dataset with the corrupt-image policy ``on_error``.
+
+    ``"skip"`` asks a reader for ``on_error="skip"`` and, by default, a full decode of every file up
+    front (``verify="full"``), so no file fails later half-way through a run. Built-in datasets hold no
+    user files and take no such arguments. A policy that contradicts ``params`` is refused.
+    """
+    if on_error not in ("fail", "skip"):
+        raise ShiftbenchError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    kwargs = dict(params)
+    name = str(name_or_path)
+    builtin = "format" not in kwargs and name in DATASETS and not DATASETS.entry(name).meta.get("reader")
+    if builtin or on_error == "fail":
+        return kwargs
+    if kwargs.get("on_error", "skip") != "skip":
+        raise ShiftbenchError(f"on_error 'skip' contradicts dataset_params on_error {kwargs['on_error']!r}")
+    kwargs["on_error"] = "skip"
+    kwargs.setdefault("verify", verify)
+    return kwargs
