@@ -56,19 +56,21 @@ def reader_kwargs(name_or_path: str, params: dict[str, Any], on_error: str = "fa
                   verify: str = "full") -> dict[str, Any]:
     """The keyword arguments to ``load`` a dataset with the corrupt-image policy ``on_error``.
 
-    ``"skip"`` asks a reader for ``on_error="skip"`` and, by default, a full decode of every file up
-    front (``verify="full"``), so no file fails later half-way through a run. Built-in datasets hold no
-    user files and take no such arguments. A policy that contradicts ``params`` is refused.
+    Readers are asked to check every file up front with ``verify`` (by default a full decode, as
+    ``load`` does), so an unreadable image stops a run before any work (``"fail"``, naming every bad
+    file at once) or is left out before any work (``"skip"``), never half-way through. An explicit
+    ``verify`` in ``params`` wins. Built-in datasets hold no user files and take no such arguments.
+    A policy that contradicts ``params`` is refused.
     """
     if on_error not in ("fail", "skip"):
         raise ShiftbenchError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
     kwargs = dict(params)
     name = str(name_or_path)
-    builtin = "format" not in kwargs and name in DATASETS and not DATASETS.entry(name).meta.get("reader")
-    if builtin or on_error == "fail":
+    if "format" not in kwargs and name in DATASETS and not DATASETS.entry(name).meta.get("reader"):
         return kwargs
-    if kwargs.get("on_error", "skip") != "skip":
-        raise ShiftbenchError(f"on_error 'skip' contradicts dataset_params on_error {kwargs['on_error']!r}")
-    kwargs["on_error"] = "skip"
+    if on_error == "skip":
+        if kwargs.get("on_error", "skip") != "skip":
+            raise ShiftbenchError(f"on_error 'skip' contradicts dataset_params on_error {kwargs['on_error']!r}")
+        kwargs["on_error"] = "skip"
     kwargs.setdefault("verify", verify)
     return kwargs
