@@ -48,6 +48,12 @@ def _detect(path: Path, **kwargs: Any) -> Dataset:
         detect = getattr(reader, "detect", None)
         if detect is not None and detect(path):
             return reader(root=path, **kwargs)
+    if (path / "generate.json").is_file() and (path / "manifest.jsonl").is_file():
+        # the root of `shiftbench generate` output: the datasets are one per shift and severity below it
+        made = sorted(f"{p.parent.name}/{p.name}" for p in path.glob("*/*") if p.is_dir() and p.name.isdigit())
+        example = f" (e.g. {path / made[0]})" if made else ""
+        raise ShiftbenchError(f"{path}: a shiftbench generate output; read one of its <shift>/<severity> folders"
+                              f"{example}: {', '.join(made[:8])}" + (" ..." if len(made) > 8 else ""))
     formats = ", ".join(e.name for e in readers) or "none registered"
     raise ShiftbenchError(f"{path}: cannot tell the dataset format; pass format= one of: {formats}")
 

@@ -272,6 +272,7 @@ def generate(
     shift_params = dict(shift_params or {})
     # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
     dataset_kwargs = reader_kwargs(str(dataset), dict(dataset_kwargs or {}), on_error, verify="header")
+    _worker_cache.clear()  # a folder may have changed since an earlier call in this process: list it afresh
     ds = _open_dataset(str(dataset), dataset_kwargs, limit)
     n = len(ds)
     if n == 0:
