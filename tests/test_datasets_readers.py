@@ -93,7 +93,7 @@ def test_imagefolder_symlink_out_is_refused(tmp_path):
         sb.load_dataset(str(root), format="imagefolder")
 
 
-def test_imagefolder_corrupt_images_fail_by_default_and_skip_on_request(tmp_path):
+def test_imagefolder_corrupt_images_fail_by_default_and_skip_on_request(tmp_path, caplog):
     make_folder(tmp_path, ["a", "b"])
     write_corrupt(tmp_path / "a" / "broken.png")
     (tmp_path / "b" / "empty.jpg").write_bytes(b"")
@@ -101,13 +101,14 @@ def test_imagefolder_corrupt_images_fail_by_default_and_skip_on_request(tmp_path
         sb.load_dataset(str(tmp_path), format="imagefolder")
     assert sorted(name for name, _ in info.value.files) == ["a/broken.png", "b/empty.jpg"]
     assert "a/broken.png" in str(info.value) and "b/empty.jpg" in str(info.value)
-    with pytest.warns(UserWarning, match="2 unreadable"):
+    with caplog.at_level("WARNING", logger="shiftbench"):
         ds = sb.load_dataset(str(tmp_path), format="imagefolder", on_error="skip")
+    assert [r.getMessage().startswith("skipped 2 unreadable") for r in caplog.records] == [True]
     assert len(ds) == 4 and sorted(n for n, _ in ds.skipped) == ["a/broken.png", "b/empty.jpg"]
     assert ds.info()["skipped"] == 2
 
 
-def test_truncated_image_passing_header_check_is_reported_when_decoded(tmp_path):
+def test_truncated_image_passing_header_check_is_reported_when_decoded(tmp_path, caplog):
     make_folder(tmp_path, ["a"], per_class=2)
     good = (tmp_path / "a" / "img1.png").read_bytes()
     (tmp_path / "a" / "img1.png").write_bytes(good[: len(good) // 2])  # header fine, data cut
@@ -117,8 +118,9 @@ def test_truncated_image_passing_header_check_is_reported_when_decoded(tmp_path)
     with pytest.raises(BadImagesError, match="img1.png"):
         sb.load_dataset(str(tmp_path), format="imagefolder", verify="full")
     ds = sb.load_dataset(str(tmp_path), format="imagefolder", on_error="skip")
-    with pytest.warns(UserWarning, match="img1.png"):
+    with caplog.at_level("WARNING", logger="shiftbench"):
         samples = list(ds)
+    assert len(caplog.records) == 1 and "img1.png" in caplog.records[0].getMessage()
     assert [s.id for s in samples] == ["a/img0.png"] and ds.skipped[0][0] == "a/img1.png"
 
 
@@ -221,12 +223,13 @@ def test_coco_path_escape_is_refused(tmp_path, bad_name):
         sb.load_dataset(str(tmp_path / "coco"), format="coco")
 
 
-def test_coco_corrupt_image(tmp_path):
+def test_coco_corrupt_image(tmp_path, caplog):
     make_coco(tmp_path, corrupt=True)
     with pytest.raises(BadImagesError, match="000003.png"):
         sb.load_dataset(str(tmp_path), format="coco")
-    with pytest.warns(UserWarning):
+    with caplog.at_level("WARNING", logger="shiftbench"):
         ds = sb.load_dataset(str(tmp_path), format="coco", on_error="skip")
+    assert len(caplog.records) == 1 and "000003.png" in caplog.records[0].getMessage()
     assert len(ds) == 2 and ds.skipped[0][0] == "000003.png"
 
 
@@ -307,13 +310,14 @@ def test_voc_split_id_escaping_is_refused(tmp_path):
         sb.load_dataset(str(tmp_path), format="voc")
 
 
-def test_voc_corrupt_label_png(tmp_path):
+def test_voc_corrupt_label_png(tmp_path, caplog):
     make_voc(tmp_path, ["a", "b"])
     write_corrupt(tmp_path / "SegmentationClass" / "b.png")
     with pytest.raises(BadImagesError, match="SegmentationClass/b.png"):
         sb.load_dataset(str(tmp_path), format="voc")
-    with pytest.warns(UserWarning):
+    with caplog.at_level("WARNING", logger="shiftbench"):
         ds = sb.load_dataset(str(tmp_path), format="voc", on_error="skip")
+    assert len(caplog.records) == 1 and "SegmentationClass/b.png" in caplog.records[0].getMessage()
     assert [ds.sample_id(i) for i in range(len(ds))] == ["a"]
     with pytest.raises(ShiftbenchError, match="no split 'train'"):
         sb.load_dataset(str(tmp_path), format="voc", split="train")
@@ -358,13 +362,14 @@ def test_cirr_path_escape_is_refused(tmp_path, bad):
         sb.load_dataset(str(tmp_path), format="cirr")
 
 
-def test_cirr_corrupt_image_fails_or_skips_its_queries(tmp_path):
+def test_cirr_corrupt_image_fails_or_skips_its_queries(tmp_path, caplog):
     make_cirr(tmp_path)
     write_corrupt(tmp_path / "img_raw" / "dev" / "dev-2-0-img2.png")
     with pytest.raises(BadImagesError, match="dev-2-0-img2.png"):
         sb.load_dataset(str(tmp_path), format="cirr")
-    with pytest.warns(UserWarning):
+    with caplog.at_level("WARNING", logger="shiftbench"):
         ds = sb.load_dataset(str(tmp_path), format="cirr", on_error="skip")
+    assert len(caplog.records) == 1 and "dev-2-0-img2.png" in caplog.records[0].getMessage()
     assert len(ds) == 1 and ds.sample_id(0) == "12"
     assert ("query 13", "uses unreadable image dev-2-0-img2") in ds.skipped
     assert "dev-2-0-img2" not in ds.gallery_ids()

@@ -28,7 +28,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 def test_outputs_and_manifest(tmp_path):
     out = tmp_path / "out"
     summary = generate("_test_tiny", ["_test_noise"], [1, 3], out, seed=5)
-    assert summary == {"written": 40, "skipped": 0, "total": 40}
+    assert summary == {"written": 40, "skipped": 0, "total": 40, "unreadable": 0}
     records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert len(records) == 40 and not (out / "manifest.partial.jsonl").exists()
     r = records[0]
@@ -154,3 +154,71 @@ def test_generate_real_corruptions_on_an_image_folder(tmp_path):
         sample = data.load(by_id[rec["id"]])
         expected = sb.create_shift(rec["shift"]).replay(sample, rec["params"]).image
         assert np.array_equal(load_image(tmp_path / "out" / rec["output"]), expected)
+
+
+# -- the layout (issue 13, item 6): the source tree mirrored, never an overwrite, readable back ---------
+
+def _wnid_folder(root: Path, per_class: int = 4) -> Path:
+    from PIL import Image
+
+    from conftest import make_image
+
+    for c, cls in enumerate(("n01440764", "n01443537", "n01484850")):
+        (root / cls / "sub").mkdir(parents=True)
+        for i in range(per_class):
+            where = root / cls / ("sub" if i == 0 else "")
+            Image.fromarray(make_image(40 + 4 * i, 56, seed=10 * c + i)).save(where / f"img{i}.jpg", quality=95)
+    return root
+
+
+def test_generate_mirrors_the_tree_and_refuses_collisions_before_any_work(tmp_path):
+    import shiftbench as sb
+
+    src = _wnid_folder(tmp_path / "data")
+    generate(str(src), ["_test_noise"], [2], tmp_path / "out")
+    made = sorted(p.relative_to(tmp_path / "out" / "_test_noise" / "2").as_posix()
+                  for p in (tmp_path / "out" / "_test_noise" / "2").rglob("*") if p.is_file())
+    source = sorted(p.relative_to(src).as_posix() for p in src.rglob("*.jpg"))
+    assert made == [s[:-4] + ".png" for s in source]
+    back = sb.load_dataset(str(tmp_path / "out" / "_test_noise" / "2"))  # detected as an image folder again
+    original = sb.load_dataset(str(src))
+    assert len(back) == len(original) and back.class_names == original.class_names
+    assert [back.load(i).label for i in range(len(back))] == [original.load(i).label for i in range(len(original))]
+
+    (src / "n01443537" / "img1.png").write_bytes((tmp_path / "out" / "_test_noise" / "2" / made[0]).read_bytes())
+    with pytest.raises(ShiftbenchError, match="n01443537/img1.jpg and n01443537/img1.png would both be written") as info:
+        generate(str(src), ["_test_noise"], [2], tmp_path / "second")
+    assert "never overwritten" in str(info.value)
+    assert not (tmp_path / "second").exists()  # refused before any work: not even the folder
+
+
+def test_evaluating_a_generated_folder_equals_the_shift_on_the_fly(tmp_path):
+    import shiftbench as sb
+
+    src = _wnid_folder(tmp_path / "data", per_class=5)
+    generate(str(src), ["gaussian_noise"], [3], tmp_path / "out", seed=4)
+    shifted = tmp_path / "out" / "gaussian_noise" / "3"
+    # PNG is lossless: every generated image is the on-the-fly shifted image, pixel for pixel
+    shift = sb.create_shift("gaussian_noise")
+    original, back = sb.load_dataset(str(src)), sb.load_dataset(str(shifted))
+    for i in range(len(original)):
+        expected = shift(original.load(i), severity=3, seed=4).image
+        assert np.array_equal(back.load(i).image, expected)
+
+    def spec(dataset, shifts):
+        return {"dataset": str(dataset), "models": ["dummy_classifier"], "shifts": shifts,
+                "metrics": ["top1", "ece"], "seed": 4, "batch_size": 4}
+
+    fly = sb.evaluate(spec(src, [{"name": "gaussian_noise", "severities": [3]}]), store=tmp_path / "fly.db")
+    read = sb.evaluate(spec(shifted, ["clean"]), store=tmp_path / "read.db")
+    on_the_fly = {r["metric"]: (r["value"], r["n"]) for r in fly if r["shift"] == "gaussian_noise"}
+    from_disk = {r["metric"]: (r["value"], r["n"]) for r in read if r["shift"] == "clean"}
+    assert on_the_fly == from_disk and set(on_the_fly) == {"top1", "ece"}
+
+
+def test_generated_root_is_named_for_what_it_is(tmp_path):
+    import shiftbench as sb
+
+    generate("_test_tiny", ["_test_noise"], [1], tmp_path / "out", limit=4)
+    with pytest.raises(ShiftbenchError, match="shiftbench generate output.*_test_noise/1"):
+        sb.load_dataset(str(tmp_path / "out"))

@@ -229,3 +229,71 @@ def test_clean_is_identity_with_severity_zero(sample):
         clean(sample, severity=1)
     with pytest.raises(ShiftbenchError, match="takes no parameters"):
         sb.create_shift("clean", strength=2)
+
+
+# -- default sample ids (issue 13, item 5): calls without ids draw a stream per content -------------
+
+
+def _unnamed_pair(shift):
+    """Two inputs without ids that differ in one pixel (or one letter), so only the stream can tell them apart."""
+    if shift.kind == "text":
+        return TEXTS[0], TEXTS[0].replace("dog", "dot")
+    a = make_sample(56, 64, seed=5).replace(id=None)
+    image = a.image.copy()
+    image[0, 0] = 255 - image[0, 0]
+    return a, a.replace(image=image, id=None)
+
+
+def _params(shift, x, severity, sample_id=None):
+    return shift(x, severity=severity, seed=0, sample_id=sample_id, return_params=True)[1]
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_calls_without_ids_give_different_images_different_streams(name):
+    shift = sb.create_shift(name)
+    severity = severities(shift)[-1]
+    a, b = _unnamed_pair(shift)
+    assert (a if isinstance(a, str) else a.id) != (b if isinstance(b, str) else b.id)
+    # a shift whose draws depend on the stream at all (two explicit ids give two draws) ...
+    random = _params(shift, a, severity, "p") != _params(shift, a, severity, "q")
+    if not random:
+        return
+    # ... gives two unnamed, nearly identical inputs different draws: one by one, and in one list
+    assert _params(shift, a, severity) != _params(shift, b, severity)
+    _, (pa, pb) = shift([a, b], severity=severity, seed=0, return_params=True)
+    assert pa != pb
+    if shift.kind == "image":  # and bare arrays, the README's loop over a folder
+        assert _params(shift, a.image, severity) != _params(shift, b.image, severity)
+
+
+@pytest.mark.parametrize("name", CONTRACT)
+def test_same_unnamed_input_twice_gives_the_same_bytes(name):
+    shift = sb.create_shift(name)
+    severity = severities(shift)[-1]
+    a, _ = _unnamed_pair(shift)
+    if shift.kind == "text":
+        assert shift(a, severity=severity, seed=4) == shift(str(a), severity=severity, seed=4)
+        return
+    copy = a.replace(image=a.image.copy(), id=None)  # another object with the same pixels
+    assert same(shift(a, severity=severity, seed=4), shift(copy, severity=severity, seed=4))
+    if shift.kind == "image":
+        one = shift(a.image, severity=severity, seed=4)
+        assert same(one, shift(a.image.copy(), severity=severity, seed=4))
+        assert same(one, shift(a, severity=severity, seed=4).image)  # an unnamed Sample = its bare image
+
+
+def test_default_ids_come_from_content_and_given_ids_win():
+    from shiftbench.sample import content_id
+
+    shift = AddNoise()
+    img = make_image()
+    other = make_image(seed=1)
+    assert Sample(image=img).id == content_id(img) != content_id(other)
+    a, b = shift([img, other], severity=3, seed=0)
+    assert not np.array_equal(a - img, b - other)  # not one noise field for both
+    assert np.array_equal(shift(img, severity=3, seed=0), shift(img, severity=3, seed=0, sample_id=content_id(img)))
+    named = Sample(image=img, id="x")
+    assert shift.draw(named, 3, 0) == shift.draw(Sample(image=other, id="x"), 3, 0)  # the id decides, not pixels
+    texts = Upper()
+    assert texts.draw_text("one two three four", 2, 0) == texts.draw_text("one two three four", 2, 0,
+                                                                          content_id("one two three four"))

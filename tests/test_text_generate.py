@@ -14,7 +14,7 @@ def test_generate_corrupts_captions_and_records_replayable_params(tmp_path):
     names = resolve_shifts(["text"])
     assert names == sorted(sb.list_shifts("text_*"))
     summary = generate("_test_tiny", names, [1, 5], tmp_path / "out", seed=3, limit=4)
-    assert summary == {"written": 56, "skipped": 0, "total": 56}
+    assert summary == {"written": 56, "skipped": 0, "total": 56, "unreadable": 0}
     records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
     changed = 0
     for record in records:
@@ -26,4 +26,4 @@ def test_generate_corrupts_captions_and_records_replayable_params(tmp_path):
         changed += record["text"] != caption
     assert changed >= 40  # the homophone list has no word of these captions; the rest all change
     again = generate("_test_tiny", names, [1, 5], tmp_path / "out", seed=3, limit=4)
-    assert again == {"written": 0, "skipped": 56, "total": 56}
+    assert again == {"written": 0, "skipped": 56, "total": 56, "unreadable": 0}

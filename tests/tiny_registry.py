@@ -27,6 +27,9 @@ class TinyDataset(Dataset):
     def sample_id(self, index: int) -> str:
         return f"img{index:03d}"
 
+    def source_path(self, index: int) -> str:
+        return f"class{index % 2}/img{index:03d}.png"
+
     def load(self, index: int) -> Sample:
         return Sample(image=make_image(40, 48, seed=index), label=index % 2, caption=f"picture number {index} of a cat",
                       id=self.sample_id(index), meta={"relpath": f"class{index % 2}/img{index:03d}.png"})

@@ -7,6 +7,7 @@ stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,22 @@ def _console(stderr: bool = False):
 @click.version_option(package_name="shiftbench")
 def cli() -> None:
     """Stress-test vision and vision-language models with controlled, label-preserving shifts."""
+    _log_to_stderr()
+
+
+class _EchoHandler(logging.Handler):
+    """Log records of shiftbench as one plain ``warning: ...`` line on stderr (no source line, no traceback)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"{record.levelname.lower()}: {record.getMessage()}", err=True)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("shiftbench")
+    if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
+        handler = _EchoHandler(logging.INFO)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 # -- list ---------------------------------------------------------------------------------------
@@ -104,8 +121,11 @@ def env_cmd(as_json: bool) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
 @click.option("--log-samples", is_flag=True, help="Store per-sample predictions.")
 @click.option("--run-id", default=None, help="Name of the run in the store (default: from the spec).")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default=None,
+              help="Unreadable images: fail (default) or skip them (logged, recorded in the store as skipped.json). "
+                   "Overrides the spec's on_error.")
 def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
-                 log_samples: bool, run_id: str | None) -> None:
+                 log_samples: bool, run_id: str | None, on_error: str | None) -> None:
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
     from .spec import load_spec
 
@@ -114,6 +134,8 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         spec.limit = limit
     if log_samples:
         spec.log_samples = True
+    if on_error is not None:
+        spec.on_error = on_error
     if dry_run:
         _print_plan(spec)
         return
@@ -164,16 +186,20 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               help="Image format of the outputs; JPEG is lossy and recorded in the manifest.")
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=95, show_default=True)
 @click.option("--param", "params", multiple=True, help="Shift parameter KEY=VALUE (YAML value), repeatable.")
+@click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+              help="Unreadable images: fail before any work, or skip them (logged, recorded in the manifest).")
 def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
-                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...]) -> None:
+                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...], on_error: str) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
     from .engine.generate import generate, parse_severities, resolve_shifts
 
     names = resolve_shifts(shifts)
     shift_params = _parse_params(params)
     summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
-                       fmt=fmt, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True)
-    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done) to {out}")
+                       fmt=fmt, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True,
+                       on_error=on_error)
+    unreadable = f", {summary['unreadable']} unreadable source(s) skipped (see the manifest)" if summary["unreadable"] else ""
+    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}")
 
 
 def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:

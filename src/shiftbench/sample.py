@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +19,33 @@ import numpy as np
 
 from .errors import ImageError
 
-__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "to_mask"]
+__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "image_error_reason", "to_mask", "content_id"]
 
 
 def _where(source: Any) -> str:
     return f"{source}: " if source else ""
+
+
+def content_id(value: np.ndarray | str) -> str:
+    """A stable id derived from content, for records that come without one.
+
+    An array gives ``"img-"`` + a blake2b digest of its shape, dtype and bytes; a string gives
+    ``"txt-"`` + a digest of its UTF-8 text. Different content gives different ids (so different random
+    streams in shifts); the same content gives the same id on every machine and in every process.
+
+    >>> content_id("a dog") == content_id("a dog") != content_id("a cat")
+    True
+    >>> content_id(np.zeros((2, 2, 3), np.uint8))
+    'img-9dfa78a2f4402971fe5bfbd5caa5d807'
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    if isinstance(value, str):
+        digest.update(b"text\x1f" + value.encode("utf-8", "surrogatepass"))  # lone surrogates too
+        return "txt-" + digest.hexdigest()
+    arr = np.ascontiguousarray(value)
+    digest.update(f"{arr.shape}\x1f{arr.dtype.str}\x1f".encode("ascii"))
+    digest.update(memoryview(arr).cast("B"))
+    return "img-" + digest.hexdigest()
 
 
 def to_rgb_uint8(image: Any, source: str | os.PathLike | None = None) -> np.ndarray:
@@ -113,9 +136,42 @@ def _pil_to_rgb(img: Any, where: str) -> np.ndarray:
         raise ImageError(f"{where}cannot convert image mode {mode} to RGB ({exc})") from None
 
 
+def image_error_reason(exc: BaseException) -> str:
+    """Why an image library refused a file, in a few words (for a one-line error naming the file).
+
+    Covers what Pillow raises while opening or decoding: its pixel-count guard
+    (``DecompressionBombError``, or its warning when warnings are errors), unknown formats,
+    truncated data (``OSError``), damaged headers (``SyntaxError``, ``ValueError``, ``struct.error``,
+    ``EOFError``, ``IndexError``, ...), and running out of memory.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    if isinstance(exc, (Image.DecompressionBombError, Image.DecompressionBombWarning)):
+        return (f"larger than Pillow's decompression-bomb limit of {Image.MAX_IMAGE_PIXELS} pixels ({exc}); "
+                "raise PIL.Image.MAX_IMAGE_PIXELS if you trust the file")
+    if isinstance(exc, FileNotFoundError):
+        return "file not found"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not an image"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    if isinstance(exc, UnidentifiedImageError):
+        return "not a readable image (unknown or corrupt format)"
+    if isinstance(exc, MemoryError):
+        return "too large to decode in memory"
+    detail = str(exc).strip() or "no detail"
+    if isinstance(exc, OSError):  # Pillow's truncated / broken data
+        return f"cannot read image ({detail})"
+    return f"cannot read image ({type(exc).__name__}: {detail})"
+
+
 def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Read an image file as HxWx3 uint8 RGB (EXIF orientation applied); errors name the file."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    """Read an image file as HxWx3 uint8 RGB (EXIF orientation applied); errors name the file.
+
+    Any exception of the image library while opening or decoding becomes one :class:`ImageError`
+    that names the file and the reason (see :func:`image_error_reason`).
+    """
+    from PIL import Image, ImageOps
 
     path = Path(path)
     try:
@@ -123,14 +179,10 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
             img.load()
             img = ImageOps.exif_transpose(img)
             return to_rgb_uint8(img, source=path)
-    except FileNotFoundError:
-        raise ImageError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ImageError(f"{path}: is a directory, not an image") from None
-    except UnidentifiedImageError:
-        raise ImageError(f"{path}: not a readable image (unknown or corrupt format)") from None
-    except (OSError, SyntaxError, ValueError) as exc:  # truncated or damaged files
-        raise ImageError(f"{path}: cannot read image ({exc})") from None
+    except ImageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes one line
+        raise ImageError(f"{path}: {image_error_reason(exc)}") from None
 
 
 def to_mask(mask: Any, shape: tuple[int, int], source: str | None = None) -> np.ndarray:
@@ -163,12 +215,14 @@ class Sample:
     boxes: np.ndarray | None = None
     box_labels: np.ndarray | None = None
     caption: str | None = None
-    id: str = "0"
+    id: str | None = None  # None: derived from the image content (see content_id)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.image = to_rgb_uint8(self.image, source=self.meta.get("path") if self.meta else None)
-        self.id = str(self.id)
+        # Without an id, the content decides the random streams of shifts: two different images never
+        # share a noise field, and the same image always gets the same one.
+        self.id = content_id(self.image) if self.id is None else str(self.id)
         h, w = self.image.shape[:2]
         if self.mask is not None:
             self.mask = to_mask(self.mask, (h, w), source=f"sample {self.id}")
@@ -203,11 +257,13 @@ class Query:
     text: str
     target_id: str | None = None
     subset_ids: tuple[str, ...] | None = None
-    id: str = "0"
+    id: str | None = None  # None: derived from the modification text and the reference's id
     category: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.id is None and isinstance(self.text, str):
+            self.id = content_id(f"{self.reference.id}\x1f{self.text}")
         self.id = str(self.id)
         if not isinstance(self.text, str):
             raise ImageError(f"query {self.id}: modification text must be a string, got {type(self.text).__name__}")

@@ -32,6 +32,7 @@ TOP_KEYS = {
     "batch_size": "images per model call (default 32)",
     "log_samples": "store per-sample predictions (default false)",
     "ids": "path of a file with one sample id per line (e.g. from shiftbench curate)",
+    "on_error": "what an unreadable image does: fail (default: stop before any work, naming every file) or skip",
     "quality": "image-quality metrics of the shifted images (Pascal-EA; run by python -m shiftbench.report.pascal_ea)",
 }
 SHIFT_KEYS = {"name", "severities", "severity", "params"}
@@ -77,6 +78,7 @@ class Spec:
     dataset_params: dict[str, Any] = field(default_factory=dict)
     ids: str | None = None
     source: str | None = None
+    on_error: str = "fail"
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -104,6 +106,8 @@ class Spec:
             "ids": self.ids,
             # batch boundaries are where a resumed run picks up its saved metric state: part of the identity
             "batch_size": self.batch_size,
+            # skipping may score fewer samples: another run (absent for "fail", so older run ids stay valid)
+            **({"on_error": self.on_error} if self.on_error != "fail" else {}),
         }
 
 
@@ -193,10 +197,15 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     if ids is not None and source and not Path(ids).is_absolute():
         ids = str(Path(source).parent / ids)
 
+    on_error = spec.get("on_error", "fail")
+    if on_error not in ("fail", "skip"):
+        raise SpecError(f"{_where(source, 'on_error')}: expected fail or skip, got {on_error!r}")
+
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
+        on_error=on_error,
     )
     if check_names:
         _check_names(result, source)

@@ -13,7 +13,7 @@ from .base import Dataset, Subset
 # standard library only; Pillow is imported when an image is read).
 from . import coco, imagefolder, objects, objects_cir, photos, retrieval, voc  # noqa: E402,F401
 
-__all__ = ["Dataset", "Subset", "load"]
+__all__ = ["Dataset", "Subset", "load", "reader_kwargs"]
 
 
 def load(name_or_path: str, format: str | None = None, limit: int | None = None, **kwargs: Any) -> Dataset:
@@ -48,5 +48,35 @@ def _detect(path: Path, **kwargs: Any) -> Dataset:
         detect = getattr(reader, "detect", None)
         if detect is not None and detect(path):
             return reader(root=path, **kwargs)
+    if (path / "generate.json").is_file() and (path / "manifest.jsonl").is_file():
+        # the root of `shiftbench generate` output: the datasets are one per shift and severity below it
+        made = sorted(f"{p.parent.name}/{p.name}" for p in path.glob("*/*") if p.is_dir() and p.name.isdigit())
+        example = f" (e.g. {path / made[0]})" if made else ""
+        raise ShiftbenchError(f"{path}: a shiftbench generate output; read one of its <shift>/<severity> folders"
+                              f"{example}: {', '.join(made[:8])}" + (" ..." if len(made) > 8 else ""))
     formats = ", ".join(e.name for e in readers) or "none registered"
     raise ShiftbenchError(f"{path}: cannot tell the dataset format; pass format= one of: {formats}")
+
+
+def reader_kwargs(name_or_path: str, params: dict[str, Any], on_error: str = "fail",
+                  verify: str = "full") -> dict[str, Any]:
+    """The keyword arguments to ``load`` a dataset with the corrupt-image policy ``on_error``.
+
+    Readers are asked to check every file up front with ``verify`` (by default a full decode, as
+    ``load`` does), so an unreadable image stops a run before any work (``"fail"``, naming every bad
+    file at once) or is left out before any work (``"skip"``), never half-way through. An explicit
+    ``verify`` in ``params`` wins. Built-in datasets hold no user files and take no such arguments.
+    A policy that contradicts ``params`` is refused.
+    """
+    if on_error not in ("fail", "skip"):
+        raise ShiftbenchError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    kwargs = dict(params)
+    name = str(name_or_path)
+    if "format" not in kwargs and name in DATASETS and not DATASETS.entry(name).meta.get("reader"):
+        return kwargs
+    if on_error == "skip":
+        if kwargs.get("on_error", "skip") != "skip":
+            raise ShiftbenchError(f"on_error 'skip' contradicts dataset_params on_error {kwargs['on_error']!r}")
+        kwargs["on_error"] = "skip"
+    kwargs.setdefault("verify", verify)
+    return kwargs

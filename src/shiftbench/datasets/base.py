@@ -32,6 +32,13 @@ class Dataset:
         """The stable id of record ``index`` without reading its image (override when cheap)."""
         return self.load(index).id
 
+    def source_path(self, index: int) -> str | None:
+        """The image file of record ``index``, relative to the dataset root (POSIX), or None.
+
+        ``generate`` mirrors this tree in its output; records without a file fall back to their id.
+        """
+        return None
+
     def __getitem__(self, index: int) -> Any:
         if not isinstance(index, int):
             raise TypeError("dataset index must be an int")
@@ -72,3 +79,6 @@ class Subset(Dataset):
 
     def sample_id(self, index: int) -> str:
         return self.base.sample_id(self.indices[index])
+
+    def source_path(self, index: int) -> str | None:
+        return self.base.source_path(self.indices[index])

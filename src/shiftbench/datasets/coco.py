@@ -262,6 +262,9 @@ class CocoInstances(ReaderDataset):
     def sample_id(self, index: int) -> str:
         return str(self._records[index]["id"])
 
+    def source_path(self, index: int) -> str:
+        return Path(self._records[index]["file_name"]).as_posix()
+
     def load(self, index: int) -> Sample:
         rec = self._records[index]
         path = self.root / rec["file_name"]

@@ -4,23 +4,26 @@ Every reader resolves the file names it finds in annotation files with :func:`re
 absolute paths, ``..`` and symlinks that lead out of the root. Images are checked when a reader is built
 (``verify="header"``: the file opens as an image, cheap) and decoded on ``load``; ``on_error`` says what a bad
 file does: ``"fail"`` (default) raises :class:`BadImagesError` naming every bad file, ``"skip"`` leaves them
-out and reports them in ``dataset.skipped`` and with a warning. Nothing is dropped without a report.
+out and reports them in ``dataset.skipped`` and as one log line (logger ``shiftbench``, level WARNING). Nothing
+is dropped without a report.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import warnings
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ..errors import ImageError, ShiftbenchError
+from ..sample import image_error_reason, load_image
 from .base import Dataset
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
 ON_ERROR = ("fail", "skip")
 VERIFY = ("header", "full", "none")
 T = TypeVar("T")
+log = logging.getLogger("shiftbench.datasets")
 
 
 class BadImagesError(ImageError):
@@ -80,24 +83,34 @@ def resolve_inside(root: Path, name: Any, what: str = "path") -> Path:
 
 
 def check_image_file(path: Path, verify: str) -> str | None:
-    """Why ``path`` is not a usable image (None if it is), by the chosen thoroughness."""
+    """Why ``path`` is not a usable image (None if it is), by the chosen thoroughness.
+
+    ``"header"`` opens the file (format and size known, Pillow's pixel-count guard applied);
+    ``"full"`` reads it exactly as ``load`` will (decode, EXIF orientation, RGB conversion).
+    """
     if verify == "none":
         return None
-    from PIL import Image, UnidentifiedImageError
+    if verify == "full":
+        try:
+            load_image(path)
+        except ImageError as exc:
+            return _reason(exc, path)
+        return None
+    from PIL import Image
 
     try:
-        with Image.open(path) as img:
-            if verify == "full":
-                img.load()
-    except FileNotFoundError:
-        return "file not found"
-    except IsADirectoryError:
-        return "is a directory"
-    except UnidentifiedImageError:
-        return "not an image or corrupt"
-    except (OSError, SyntaxError, ValueError) as exc:
-        return f"cannot read: {exc}"
+        with Image.open(path):
+            pass
+    except Exception as exc:  # noqa: BLE001 - every decoder error is a reason, never a traceback
+        return image_error_reason(exc)
     return None
+
+
+def _reason(exc: ImageError, path: Path) -> str:
+    """The message of a load error without its leading ``path: `` (the caller names the file)."""
+    text = str(exc)
+    prefix = f"{path}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 def screen(items: Sequence[T], paths: Callable[[T], Sequence[Path]], root: Path, on_error: str,
@@ -118,10 +131,15 @@ def screen(items: Sequence[T], paths: Callable[[T], Sequence[Path]], root: Path,
     if bad and on_error == "fail":
         raise BadImagesError(bad, root)
     if bad:
-        warnings.warn(f"{len(bad)} unreadable image(s) under {root} skipped: "
-                      + ", ".join(name for name, _ in bad[:10]) + (" ..." if len(bad) > 10 else ""),
-                      stacklevel=3)
+        log.warning(skipped_line(bad, root))
     return kept, bad
+
+
+def skipped_line(bad: Sequence[tuple[str, str]], root: Path | str) -> str:
+    """One line for skipped files: how many, where, and the first few with their reasons."""
+    shown = "; ".join(f"{name} ({reason})" for name, reason in list(bad)[:5])
+    more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+    return f"skipped {len(bad)} unreadable image(s) under {root}: {shown}{more}"
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -151,7 +169,7 @@ class ReaderDataset(Dataset):
                     raise
                 entry = (self.sample_id(i), str(exc))
                 self.skipped.append(entry)
-                warnings.warn(f"skipped unreadable image: {exc}", stacklevel=2)
+                log.warning(f"skipped unreadable image: {exc}")
 
     def info(self) -> dict[str, Any]:
         info = super().info()

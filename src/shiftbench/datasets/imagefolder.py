@@ -87,6 +87,9 @@ class ImageFolder(ReaderDataset):
     def sample_id(self, index: int) -> str:
         return self._files[index]
 
+    def source_path(self, index: int) -> str:
+        return self._files[index]
+
     def load(self, index: int) -> Sample:
         rel = self._files[index]
         folder = rel.split("/", 1)[0]

@@ -90,13 +90,19 @@ class ImageNetPhotos(Dataset):
     def load(self, index: int) -> Sample:
         _, label, name = self._entries[index]
         if self._zip:
-            from PIL import Image, UnidentifiedImageError
+            from PIL import Image
+
+            from ..sample import image_error_reason
 
             try:
                 with zipfile.ZipFile(self.root) as zf, Image.open(io.BytesIO(zf.read(name))) as img:
                     image = to_rgb_uint8(img, source=f"{self.root}!{name}")
-            except (UnidentifiedImageError, OSError, KeyError) as exc:
-                raise ImageError(f"{self.root}!{name}: cannot read image ({exc})") from None
+            except ImageError:
+                raise
+            except KeyError:
+                raise ImageError(f"{self.root}!{name}: not in the archive") from None
+            except Exception as exc:  # noqa: BLE001 - any decoder error is one line naming the file
+                raise ImageError(f"{self.root}!{name}: {image_error_reason(exc)}") from None
         else:
             image = load_image(self.root / name)
         return Sample(image=image, label=label, class_name=imagenet_class(label).name, id=self.sample_id(index),

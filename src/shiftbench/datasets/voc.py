@@ -32,7 +32,9 @@ def voc_colormap(n: int = 256) -> np.ndarray:
 
 def read_label_png(path: Path) -> np.ndarray:
     """An HxW uint8 index map from a VOC label PNG: palette indices, or RGB mapped back through the VOC palette."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from ..sample import image_error_reason
 
     try:
         with Image.open(path) as img:
@@ -42,8 +44,8 @@ def read_label_png(path: Path) -> np.ndarray:
             rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)
     except FileNotFoundError:
         raise ImageError(f"{path}: label file not found") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"{path}: cannot read label image ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - any decoder error is one line naming the file
+        raise ImageError(f"{path}: label image: {image_error_reason(exc)}") from None
     cmap = voc_colormap().astype(np.int64)
     codes = (cmap[:, 0] << 16) | (cmap[:, 1] << 8) | cmap[:, 2]
     lookup = dict(zip(codes.tolist(), range(256)))

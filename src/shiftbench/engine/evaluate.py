@@ -78,9 +78,13 @@ class _Runner:
 
     # -- setup --------------------------------------------------------------------------------
     def _dataset(self):
-        from ..datasets import Subset, load
+        from ..datasets import Subset, load, reader_kwargs
 
-        dataset = load(self.spec.dataset, **self.spec.dataset_params)
+        # on_error "skip": unreadable files are found before any work (a full decode, as load does), so a
+        # run never stops half-way on one; they are logged by the reader and recorded in the store
+        kwargs = reader_kwargs(self.spec.dataset, self.spec.dataset_params, getattr(self.spec, "on_error", "fail"))
+        dataset = load(self.spec.dataset, **kwargs)
+        self.skipped = list(getattr(dataset, "skipped", []))
         if self.spec.ids:
             dataset = _select_ids(dataset, Path(self.spec.ids))
         if self.spec.limit is not None and self.spec.limit < len(dataset):
@@ -142,6 +146,7 @@ class _Runner:
         dataset_name = spec.dataset
         run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),
                                       git_hash=git_hash(), name=spec.name)
+        self._record_skipped(run_id)
         conditions = []
         for s in spec.shifts:
             shift = SHIFTS.create(s.name, **s.params)
@@ -180,6 +185,14 @@ class _Runner:
                     self._finish(models[m], metrics[m], cid, n, live[m])
         self.store.finish_run(run_id)
         return self.store.rows(run_id)
+
+    def _record_skipped(self, run_id: str) -> None:
+        """Files the reader left out (on_error: skip) go into the store as ``skipped.json``."""
+        if getattr(self, "skipped", None):
+            import json
+
+            data = json.dumps([{"file": name, "reason": reason} for name, reason in self.skipped], indent=1)
+            self.store.put_artifact(run_id, "skipped.json", data.encode("utf-8"), {"count": len(self.skipped)})
 
     def _load_batch(self, dataset, cond: _Condition, b: int, batch: int) -> list[Sample]:
         indices = range(b * batch, min((b + 1) * batch, len(dataset)))

@@ -5,6 +5,16 @@ Layout: ``OUT/<shift>/<severity>/<source relative path with the output suffix>``
 config and the sampled params, the output path and format). Text shifts write no images; their
 records carry the corrupted text.
 
+The source tree is mirrored: ``root/class/x.jpg`` gives ``OUT/<shift>/<severity>/class/x.png``, so
+``OUT/<shift>/<severity>`` of an image folder is an image folder again (same classes, same labels),
+and the manifest and settings stay one level above, out of the readers' way. Nothing is ever
+overwritten: two sources that would give one output (``x.jpg`` and ``x.png``) are refused before
+any work, naming both files.
+
+Unreadable images: ``on_error="fail"`` (default) stops on the first one (files whose header is broken
+are all named before any work); ``"skip"`` leaves them out with one log line each batch and a manifest
+record ``{"skipped": reason, ...}`` in place of the output.
+
 Resumable and worker-invariant: each output is a pure function of (sample, shift, severity, seed),
 written to a temporary file and renamed; its record goes to ``manifest.partial.jsonl`` after the
 file is in place. A restarted run skips what the journal lists and redoes the rest. At the end the
@@ -15,6 +25,7 @@ changes a single byte of the output.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
@@ -31,6 +42,7 @@ MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
 CONFIG = "generate.json"
 CHUNK = 16
+log = logging.getLogger("shiftbench.generate")
 
 
 
@@ -101,14 +113,44 @@ class _Job:
     out: str
     fmt: str
     jpeg_quality: int
+    on_error: str = "fail"
 
 
-def _safe_relpath(sample: Any) -> str:
-    """Where a sample's output goes below OUT/<shift>/<severity>/: its source path, else its id."""
-    rel = sample.meta.get("relpath") if isinstance(getattr(sample, "meta", None), dict) else None
-    rel = str(rel) if rel else re.sub(r"[^A-Za-z0-9._-]+", "_", str(sample.id)) or "sample"
-    parts = [p for p in Path(rel).parts if p not in ("", ".", "..", "/")]
-    return str(Path(*parts)) if parts else "sample"
+def output_relpath(dataset: Any, index: int, suffix: str) -> str:
+    """Where record ``index``'s output goes below OUT/<shift>/<severity>/ (POSIX, with ``suffix``).
+
+    The record's source file path when the dataset has one (the tree is mirrored, names kept as they
+    are so class folders keep their names), else its id with each ``/``-separated part made file-safe.
+    """
+    source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
+    if source:
+        parts = [p for p in str(source).replace("\\", "/").split("/") if p not in ("", ".", "..")]
+    else:
+        parts = [re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in str(dataset.sample_id(index)).split("/")]
+        parts = [p for p in parts if p.strip(".")]
+    rel = "/".join(parts) or "sample"
+    stem, dot, ext = rel.rpartition(".")
+    base = stem if dot and "/" not in ext and stem and not stem.endswith("/") else rel
+    return base + suffix
+
+
+def check_collisions(dataset: Any, suffix: str) -> list[str]:
+    """Every record's output path; refuses (naming both sources) two records that would share one."""
+    taken: dict[str, int] = {}
+    rels = []
+    for i in range(len(dataset)):
+        rel = output_relpath(dataset, i, suffix)
+        key = rel.casefold()  # case-insensitive file systems (macOS, Windows) would merge these too
+        if key in taken:
+            j = taken[key]
+            a = dataset.source_path(j) if hasattr(dataset, "source_path") else None
+            b = dataset.source_path(i) if hasattr(dataset, "source_path") else None
+            raise ShiftbenchError(
+                f"generate: {a or dataset.sample_id(j)} and {b or dataset.sample_id(i)} would both be written "
+                f"to {rel}; rename one of them (outputs are never overwritten)")
+        taken[key] = i
+        rels.append(rel)
+    return rels
 
 
 def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
@@ -138,9 +180,22 @@ def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
 
 def _run_job(job: _Job) -> list[dict[str, Any]]:
     """Shift one chunk of samples and write their outputs; returns their manifest records."""
+    from ..errors import ImageError
+
     dataset = _open_dataset(job.dataset, job.dataset_kwargs, job.limit)
     shift = SHIFTS.create(job.shift, **job.shift_params)
-    items = [dataset.load(i) for i in job.indices]
+    records = []
+    indices, items = [], []
+    for i in job.indices:
+        try:
+            items.append(dataset.load(i))
+            indices.append(i)
+        except ImageError as exc:  # decodes badly although its header passed the screen
+            if job.on_error != "skip":
+                raise
+            log.warning(f"skipped unreadable image: {exc}")
+            records.append({"index": i, "id": dataset.sample_id(i), "shift": job.shift, "severity": job.severity,
+                            "seed": job.seed, "skipped": str(exc)})
     if shift.kind == "text":
         params = [shift.draw(x, job.severity, job.seed) for x in items]
         outs = [shift.apply(x, p) for x, p in zip(items, params)]
@@ -150,30 +205,30 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
                 raise ShiftbenchError(f"shift {job.shift!r} needs images; record {x.id} has none")
         params = [shift.draw(x, job.severity, job.seed) for x in items]
         outs = shift.apply_batch(items, params)
-    records = []
     base = Path(job.out) / job.shift / str(job.severity)
-    for index, item, out, p in zip(job.indices, items, outs, params):
+    suffix = ".png" if job.fmt == "png" else ".jpg"
+    for index, item, out, p in zip(indices, items, outs, params):
         record: dict[str, Any] = {
             "index": index, "id": item.id, "shift": job.shift, "severity": job.severity, "seed": job.seed,
             "config": shift.config, "params": p,
         }
+        source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
+        if source:
+            record["source"] = str(source)
         meta = getattr(item, "meta", {}) or {}
-        if meta.get("relpath"):
-            record["source"] = str(meta["relpath"])
         if meta.get("converted_from"):
             record["converted_from"] = meta["converted_from"]
         if shift.kind == "text":
             record["text"] = getattr(out, "text", None) if hasattr(out, "reference") else out.caption
         else:
-            suffix = ".png" if job.fmt == "png" else ".jpg"
-            rel = Path(_safe_relpath(item)).with_suffix(suffix)
+            rel = output_relpath(dataset, index, suffix)
             path = base / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             _encode(path, out.image, job.fmt, job.jpeg_quality)
-            record["output"] = str(Path(job.shift) / str(job.severity) / rel)
+            record["output"] = f"{job.shift}/{job.severity}/{rel}"
             record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
         records.append(record)
-    return records
+    return sorted(records, key=lambda r: r["index"])
 
 
 def _read_journal(path: Path) -> list[dict[str, Any]]:
@@ -201,13 +256,23 @@ def generate(
     shift_params: dict[str, Any] | None = None,
     dataset_kwargs: dict[str, Any] | None = None,
     progress: bool = False,
+    on_error: str = "fail",
 ) -> dict[str, int]:
-    """Apply each shift at each severity to every sample of ``dataset``; see the module docstring."""
+    """Apply each shift at each severity to every sample of ``dataset``; see the module docstring.
+
+    Returns counts: ``written`` (outputs made now), ``skipped`` (already done by an earlier,
+    interrupted run), ``total`` (manifest records) and ``unreadable`` (source files left out by
+    ``on_error="skip"``).
+    """
+    from ..datasets import reader_kwargs
+
     if fmt not in ("png", "jpeg"):
         raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
     out = Path(out)
     shift_params = dict(shift_params or {})
-    dataset_kwargs = dict(dataset_kwargs or {})
+    # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
+    dataset_kwargs = reader_kwargs(str(dataset), dict(dataset_kwargs or {}), on_error, verify="header")
+    _worker_cache.clear()  # a folder may have changed since an earlier call in this process: list it afresh
     ds = _open_dataset(str(dataset), dataset_kwargs, limit)
     n = len(ds)
     if n == 0:
@@ -219,6 +284,10 @@ def generate(
         for severity in severities:
             shift.check_severity(severity)
             plan.append((name, int(severity)))
+    if any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
+        check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
+    base = getattr(ds, "base", ds)  # a limit wraps the reader; its screen saw every file
+    unreadable = [{"source": name, "skipped": reason} for name, reason in getattr(base, "skipped", [])]
 
     config = {"dataset": str(dataset), "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
               "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
@@ -240,7 +309,8 @@ def generate(
     journal_path = out / JOURNAL
     done: dict[tuple[str, int, int], dict] = {}
     for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
-        done[(record["shift"], record["severity"], record["index"])] = record
+        if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
+            done[(record["shift"], record["severity"], record["index"])] = record
     jobs = []
     skipped = 0
     for name, severity in plan:
@@ -253,7 +323,7 @@ def generate(
                 todo.append(i)
         for start in range(0, len(todo), CHUNK):
             jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
-                             tuple(todo[start:start + CHUNK]), seed, str(out), fmt, jpeg_quality))
+                             tuple(todo[start:start + CHUNK]), seed, str(out), fmt, jpeg_quality, on_error))
 
     written = 0
     total = sum(len(j.indices) for j in jobs)
@@ -265,7 +335,7 @@ def generate(
                 done[(record["shift"], record["severity"], record["index"])] = record
             journal.flush()
             os.fsync(journal.fileno())
-            written += len(records)
+            written += sum("skipped" not in r for r in records)
             advance(len(records))
 
         if workers <= 1 or len(jobs) <= 1:
@@ -276,12 +346,16 @@ def generate(
                 for records in pool.map(_run_job, jobs):
                     record_all(records)
 
-    _finalise_manifest(out, done)
-    return {"written": written, "skipped": skipped, "total": len(done)}
+    _finalise_manifest(out, done, unreadable)
+    failed = {r["index"] for r in done.values() if "skipped" in r}
+    return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
+            "unreadable": len(unreadable) + len(failed)}
 
 
-def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict]) -> None:
-    records = [done[k] for k in sorted(done, key=lambda k: (k[0], k[1], k[2]))]
+def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict], unreadable: Sequence[dict] = ()) -> None:
+    """The manifest in canonical order: files the screen left out first, then every (shift, severity, index)."""
+    records = sorted(unreadable, key=lambda r: r["source"])
+    records += [done[k] for k in sorted(done, key=lambda k: (k[0], k[1], k[2]))]
     tmp = out / (MANIFEST + ".part")
     with open(tmp, "w", encoding="utf-8") as fh:
         for record in records:

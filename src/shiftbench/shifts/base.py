@@ -7,6 +7,14 @@ shifted sample can be rebuilt exactly from its recorded params (``shift.replay``
 A shift is called as ``shift(x, severity=s, seed=k)`` and returns the kind it was given: an ndarray
 for an ndarray (HxWx3 uint8), a Sample for a Sample, a str for a str (text shifts), a Query for a
 Query; a list gives a list, item by item as if called one at a time.
+
+Sample ids and random streams. ``sample_id=`` names the record whose stream is drawn; a Sample or
+Query uses its own ``id``. Without one, the id is derived from the content (``sample.content_id``: a
+blake2b digest of the image's shape, dtype and bytes, or of the text): ``shift([a, b], seed=0)`` and a
+loop of ``shift(img, seed=0)`` over a folder give every different image its own noise, and the same
+image with the same seed gives the same bytes everywhere. Identical images in one list share a stream,
+so a list still equals its items one by one. Datasets give every record a stable id (its path), so
+the streams of a benchmark never depend on the pixels.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..errors import SeverityError, ShiftbenchError
-from ..sample import Query, Sample, to_rgb_uint8
+from ..sample import Query, Sample, content_id, to_rgb_uint8
 
 __all__ = ["Shift", "ImageShift", "TextShift", "make_rng", "derive_seed", "check_params"]
 
@@ -151,8 +159,9 @@ class Shift:
         if isinstance(x, np.ndarray) or type(x).__module__.startswith("PIL"):
             if self.kind == "text":
                 raise ShiftbenchError(f"shift {self.name!r} corrupts text; got an image")
-            sid = "0" if sample_id is None else str(sample_id)
-            return Sample(image=to_rgb_uint8(x), id=sid), lambda s: s.image
+            image = to_rgb_uint8(x)
+            sid = content_id(image) if sample_id is None else str(sample_id)
+            return Sample(image=image, id=sid), lambda s: s.image
         raise ShiftbenchError(f"shift {self.name!r} cannot take {type(x).__name__}; give an image array or a Sample")
 
     def __repr__(self) -> str:
@@ -208,7 +217,10 @@ class TextShift(Shift):
         raise NotImplementedError
 
     def draw_text(self, text: str, severity: int | None = None, seed: int = 0, sample_id: str | None = None) -> dict:
+        """Params for ``text``; without ``sample_id`` the text itself picks the stream (see the module docstring)."""
         severity = self.check_severity(severity)
+        if sample_id is None:
+            sample_id = content_id(text)
         return check_params(self.text_params(text, severity, self.rng(seed, sample_id)), self.name)
 
     def sample_params(self, sample: Any, severity: int, rng: np.random.Generator) -> dict[str, Any]:

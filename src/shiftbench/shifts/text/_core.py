@@ -26,6 +26,7 @@ from typing import Any, ClassVar, NamedTuple, Sequence
 import numpy as np
 
 from ...errors import ShiftbenchError
+from ...sample import content_id
 from ..base import TextShift, _text_of, check_params
 
 __all__ = [
@@ -299,7 +300,9 @@ class TextCorruption(TextShift):
         if not all(isinstance(t, str) for t in items):
             return super()._call_batch(items, severity, seed, sample_ids, return_params)
         severity = self.check_severity(severity)
-        if sample_ids is None or isinstance(sample_ids, str):
+        if sample_ids is None:  # each text its own stream, picked by its content (as one by one)
+            sample_ids = [content_id(t) for t in items]
+        elif isinstance(sample_ids, str):
             sample_ids = [sample_ids] * len(items)
         elif len(sample_ids) != len(items):
             raise ShiftbenchError(f"shift {self.name!r}: {len(items)} items but {len(sample_ids)} sample ids")
