@@ -184,3 +184,9 @@ def test_area_from_samples_sizes_by_segment_not_box():
                  meta={"area": [1.0, 2.0]})
     with pytest.raises(ShiftbenchError, match="sample b: meta\\['area'\\] has 2 entries for 1 boxes"):
         BoxAP().update_from_samples([{"boxes": [], "scores": [], "labels": []}], [bad])
+
+    resized = Sample(image=np.zeros((20, 20, 3), np.uint8), boxes=[[0, 0, 4, 4]], box_labels=[3], id="c",
+                     meta={"instance_masks": np.ones((1, 50, 50), bool)})
+    with pytest.raises(ShiftbenchError, match="sample c: instance masks are \\(50, 50\\) but the image is \\(20, 20\\)"):
+        MaskAP().update_from_samples([{"boxes": [], "scores": [], "labels": [], "masks": np.zeros((0, 20, 20), bool)}],
+                                     [resized])

@@ -310,6 +310,10 @@ class DetectionAP(Metric):
                     instance_masks = s.mask[None] == np.arange(1, len(s.boxes) + 1)[:, None, None]
                 if instance_masks is None:
                     raise ShiftbenchError(f"{self.name} needs instance masks (meta['instance_masks'] or an instance map)")
+                if tuple(np.shape(instance_masks)[1:]) != s.image.shape[:2]:
+                    # a shift that resized the image without its annotations would pair the wrong pixels
+                    raise ShiftbenchError(f"{self.name}: sample {s.id}: instance masks are "
+                                          f"{tuple(np.shape(instance_masks)[1:])} but the image is {s.image.shape[:2]}")
                 target["masks"] = instance_masks
             # what COCOeval reads per annotation besides the box: crowd flags (ignored regions) and the
             # annotation's area (small/medium/large sizing by segment area, not by box area)
