@@ -214,6 +214,90 @@ def test_coco_reader(tmp_path):
     assert sb.load_dataset(str(tmp_path), format="coco", masks=False).load(0).mask is None
 
 
+def _overlapping_coco(root: Path) -> dict:
+    """One 40x50 image: a triangle (polygon) partly under a later rectangle (RLE), a crowd region (RLE),
+    an annotation without an area field; areas in the file differ from box areas, as in real COCO."""
+    write_image(root / "val2017" / "a.png", 3, (40, 50))
+    rect = np.zeros((40, 50), bool)
+    rect[5:25, 15:40] = True
+    crowd = np.zeros((40, 50), bool)
+    crowd[28:38, 2:48:3] = True  # a comb of thin stripes: a crowd's mask is not its box
+    data = {
+        "images": [{"id": 7, "file_name": "a.png", "height": 40, "width": 50}],
+        "annotations": [
+            {"id": 1, "image_id": 7, "category_id": 3, "bbox": [2.0, 2.0, 30.0, 30.0], "iscrowd": 0,
+             "area": 450.0, "segmentation": [[2, 2, 32, 2, 2, 32]]},
+            {"id": 2, "image_id": 7, "category_id": 18, "bbox": [15.0, 5.0, 25.0, 20.0], "iscrowd": 0,
+             "area": 500.0, "segmentation": encode_rle_string(rect)},
+            {"id": 3, "image_id": 7, "category_id": 1, "bbox": [2.0, 28.0, 46.0, 10.0], "iscrowd": 1,
+             "area": float(crowd.sum()),
+             "segmentation": {"size": [40, 50], "counts": _uncompressed_counts(crowd)}},
+            {"id": 4, "image_id": 7, "category_id": 1, "bbox": [40.0, 2.0, 6.0, 4.0], "iscrowd": 0,
+             "segmentation": [[40, 2, 46, 2, 46, 6, 40, 6]]},
+        ],
+        "categories": [{"id": 1, "name": "person"}, {"id": 3, "name": "car"}, {"id": 18, "name": "dog"}],
+    }
+    (root / "annotations").mkdir(parents=True, exist_ok=True)
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(data))
+    return data
+
+
+def _uncompressed_counts(mask: np.ndarray) -> list[int]:
+    flat = mask.T.reshape(-1)
+    bounds = np.concatenate([[0], np.flatnonzero(flat[1:] != flat[:-1]) + 1, [flat.size]])
+    counts = np.diff(bounds).tolist()
+    return ([0] + counts) if flat[0] else counts
+
+
+def test_coco_reader_keeps_areas_crowd_and_overlapping_instances(tmp_path):
+    data = _overlapping_coco(tmp_path)
+    ds = sb.load_dataset(str(tmp_path), format="coco")
+    s = ds.load(0)
+    assert s.box_labels.tolist() == [3, 18, 1, 1] and s.meta["iscrowd"] == [0, 0, 1, 0]
+    # the file's areas, not the box areas (900, 500, 460, 24); without the field, the mask's pixel count
+    assert s.meta["area"][:3] == [450.0, 500.0, float(data["annotations"][2]["area"])]
+    assert s.meta["area"][3] == 24.0
+    stack = np.asarray(s.meta["instance_masks"])  # decoded only now
+    assert stack.shape == (4, 40, 50) and stack.dtype == bool
+    for k, ann in enumerate(data["annotations"]):
+        np.testing.assert_array_equal(stack[k], annotation_to_mask(ann["segmentation"], 40, 50))
+    np.testing.assert_array_equal(stack, ds.instance_masks(0))
+    # the triangle keeps the pixels the later rectangle covers in the instance map
+    hidden = stack[0] & stack[1]
+    assert hidden.sum() > 50 and not (s.mask[hidden] == 1).any() and (s.mask[hidden] == 2).all()
+    assert stack[0].sum() == (s.mask == 1).sum() + (stack[0] & stack[1:].any(axis=0)).sum()  # none lost
+    assert stack[2].sum() == data["annotations"][2]["area"] and (s.mask == 3).sum() == stack[2].sum()
+    # lazily decoded: the sample holds the segmentations, not four full masks
+    assert s.meta["instance_masks"].shape == (4, 40, 50) and len(s.meta["instance_masks"]) == 4
+    assert "instance_masks" not in sb.load_dataset(str(tmp_path), format="coco", masks=False).load(0).meta
+
+
+def test_coco_reader_masks_and_areas_equal_pycocotools(tmp_path):
+    import contextlib
+    import io
+
+    pytest.importorskip("pycocotools")
+    from pycocotools.coco import COCO
+
+    data = _overlapping_coco(tmp_path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        ref = COCO(str(tmp_path / "annotations" / "instances_val2017.json"))
+    s = sb.load_dataset(str(tmp_path), format="coco").load(0)
+    stack = np.asarray(s.meta["instance_masks"])
+    for k, ann in enumerate(data["annotations"]):
+        np.testing.assert_array_equal(stack[k], ref.annToMask(ref.anns[ann["id"]]).astype(bool))
+        if "area" in ann:
+            assert s.meta["area"][k] == ref.anns[ann["id"]]["area"]
+
+
+def test_coco_reader_refuses_a_non_numeric_area(tmp_path):
+    data = _overlapping_coco(tmp_path)
+    data["annotations"][1]["area"] = "big"
+    (tmp_path / "annotations" / "instances_val2017.json").write_text(json.dumps(data))
+    with pytest.raises(ShiftbenchError, match="instances_val2017.json: annotation 2: area 'big' is not a number"):
+        sb.load_dataset(str(tmp_path), format="coco")
+
+
 @pytest.mark.parametrize("bad_name", ["../outside.png", "/etc/hostname", "sub/../../outside.png", "link.png"])
 def test_coco_path_escape_is_refused(tmp_path, bad_name):
     write_image(tmp_path / "outside.png", 5)

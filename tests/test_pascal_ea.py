@@ -51,6 +51,17 @@ def test_table1_drops_and_overall():
         table1([r for r in _rows() if r["shift"] == "clean"])
 
 
+def test_undefined_values_are_left_out_of_drops_and_means():
+    # a NULL (undefined) value is no drop and no quality number: it must not crash or count as 0
+    rows = _rows() + [{"model": "b", "shift": "attribute_material", "params": {"material": "paper"}, "severity": 5,
+                       "metric": "miou", "value": None}]
+    t = table1(rows)
+    assert t["cells"]["b"]["paper"] is None and t["overall"]["b"] == pytest.approx(-10.0)
+    q = [{"shift": "attribute_color", "params": {"color": c}, "severity": 5, "metric": "lpips", "value": v}
+         for c, v in (("violet", 0.2), ("pink", None), ("multi-color", 0.4))]
+    assert quality_table(q)["family_means"]["color"]["lpips"] == pytest.approx(0.3)
+
+
 def test_quality_table_groups_by_family(tmp_path):
     q = [{"shift": "attribute_color", "params": {"color": c}, "severity": 5, "metric": m, "value": v, "n": 4,
           "features": "pixels"} for c, m, v in (("violet", "lpips", 0.2), ("pink", "lpips", 0.4), ("violet", "fid", 3.0))]

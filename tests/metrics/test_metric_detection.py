@@ -132,11 +132,11 @@ def test_metric_classes_accumulate_across_batches_like_one_call():
         box.update(detections[i:i + 4], targets[i:i + 4])
         mask.update(detections[i:i + 4], targets[i:i + 4])
     whole = coco_evaluate(detections, targets, "bbox")
-    assert box.compute() == {f"box_{k}": v for k, v in whole.items()}
+    assert box.compute() == {f"box_{k}": (None if v == -1 else v) for k, v in whole.items()}
     assert mask.compute()["mask_ap"] == pytest.approx(coco_evaluate(detections, targets, "segm")["ap"], abs=1e-12)
     assert box.higher_is_better and box.n == len(targets)
     box.reset()
-    assert np.isnan(box.compute()["box_ap"])
+    assert box.compute()["box_ap"] is None and box.undefined_reason("box_ap") == "no images were scored"
 
 
 def test_perfect_and_empty_detections():
@@ -152,3 +152,41 @@ def test_bad_input_is_a_clear_error():
         coco_evaluate([{"boxes": [[0, 0, 1, 1]], "scores": [1], "labels": [0]}], [{"boxes": [[0, 0, 1, 1]], "labels": [0]}], "segm")
     with pytest.raises(ShiftbenchError, match="NaN"):
         BoxAP().update([{"boxes": [[0, 0, np.nan, 1]], "scores": [1], "labels": [0]}], [{"boxes": [], "labels": []}])
+
+
+def test_undefined_stats_are_none_with_a_reason():
+    # only small ground truth (and a crowd region of medium size): COCOeval gives -1 for medium and large
+    gt = [{"boxes": [[0, 0, 10, 10], [20, 20, 60, 60]], "labels": [1, 1], "iscrowd": [0, 1]}]
+    dt = [{"boxes": [[0, 0, 10, 10]], "scores": [0.9], "labels": [1]}]
+    raw = coco_evaluate(dt, gt)
+    assert raw["ap_medium"] == -1 and raw["ap_large"] == -1 and raw["ar_large"] == -1 and raw["ap_small"] == pytest.approx(1.0)
+    box = BoxAP()
+    box.update(dt, gt)
+    out = box.compute()
+    assert {k for k, v in out.items() if v is None} == {"box_ap_medium", "box_ap_large", "box_ar_medium",
+                                                         "box_ar_large"}
+    assert out["box_ap"] == pytest.approx(1.0)
+    assert "medium size (area 1024..9216 px)" in box.undefined_reason("box_ap_medium")
+    assert "large size (area > 9216 px)" in box.undefined_reason("box_ar_large")
+
+
+def test_area_from_samples_sizes_by_segment_not_box():
+    # a 40x40 box (medium by box area) around a thin diagonal segment of 600 px (small by its area)
+    from shiftbench.sample import Sample
+
+    sample = Sample(image=np.zeros((50, 50, 3), np.uint8), boxes=[[0, 0, 40, 40]], box_labels=[3], id="a",
+                    meta={"iscrowd": [0], "area": [600.0]})
+    box = BoxAP()
+    box.update_from_samples([{"boxes": [[0, 0, 40, 40]], "scores": [0.8], "labels": [3]}], [sample])
+    out = box.compute()
+    assert out["box_ap_small"] == pytest.approx(1.0) and out["box_ap_medium"] is None
+    bad = Sample(image=np.zeros((50, 50, 3), np.uint8), boxes=[[0, 0, 4, 4]], box_labels=[3], id="b",
+                 meta={"area": [1.0, 2.0]})
+    with pytest.raises(ShiftbenchError, match="sample b: meta\\['area'\\] has 2 entries for 1 boxes"):
+        BoxAP().update_from_samples([{"boxes": [], "scores": [], "labels": []}], [bad])
+
+    resized = Sample(image=np.zeros((20, 20, 3), np.uint8), boxes=[[0, 0, 4, 4]], box_labels=[3], id="c",
+                     meta={"instance_masks": np.ones((1, 50, 50), bool)})
+    with pytest.raises(ShiftbenchError, match="sample c: instance masks are \\(50, 50\\) but the image is \\(20, 20\\)"):
+        MaskAP().update_from_samples([{"boxes": [], "scores": [], "labels": [], "masks": np.zeros((0, 20, 20), bool)}],
+                                     [resized])

@@ -18,7 +18,8 @@ from ..registry import DATASETS
 from ..sample import Sample, load_image
 from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
 
-__all__ = ["CocoInstances", "decode_rle", "encode_rle_string", "polygon_to_mask", "annotation_to_mask"]
+__all__ = ["CocoInstances", "InstanceMasks", "decode_rle", "encode_rle_string", "polygon_to_mask",
+           "annotation_to_mask", "annotation_area"]
 
 
 # -- masks -------------------------------------------------------------------------------------------
@@ -156,6 +157,50 @@ def annotation_to_mask(segmentation: Any, height: int, width: int) -> np.ndarray
     raise ShiftbenchError(f"unknown segmentation type {type(segmentation).__name__}")
 
 
+def annotation_area(ann: dict[str, Any], height: int, width: int) -> float:
+    """The area COCOeval sizes an annotation by: its ``area`` field; without one, its mask's pixel count
+    (the box area when it has no segmentation). pycocotools requires the field; files written by hand may lack it."""
+    if ann.get("area") is not None:
+        return float(ann["area"])  # checked to be a number when the file is read
+    if ann.get("segmentation"):
+        return float(annotation_to_mask(ann["segmentation"], height, width).sum())
+    return float(ann["bbox"][2]) * float(ann["bbox"][3])
+
+
+class InstanceMasks:
+    """One image's per-annotation masks as an (N, H, W) bool stack, decoded when read (``np.asarray``).
+
+    It keeps only the annotations' polygons / RLE strings, so a batch of samples (or a dataset) does not
+    hold N full-size masks per image until a metric asks for them. Overlapping instances keep all their
+    pixels (the image-level instance map cannot: a later annotation covers an earlier one).
+    """
+
+    def __init__(self, segmentations: Sequence[Any], height: int, width: int):
+        self.segmentations = list(segmentations)
+        self.shape = (len(self.segmentations), int(height), int(width))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        seg = self.segmentations[k]
+        h, w = self.shape[1:]
+        return annotation_to_mask(seg, h, w) if seg else np.zeros((h, w), dtype=bool)
+
+    def decode(self) -> np.ndarray:
+        """The (N, H, W) bool stack."""
+        if not self.shape[0]:
+            return np.zeros(self.shape, dtype=bool)
+        return np.stack([self[k] for k in range(self.shape[0])])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        stack = self.decode()
+        return stack if dtype is None else stack.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"InstanceMasks(shape={self.shape})"
+
+
 # -- reader ------------------------------------------------------------------------------------------
 def _find_annotation_file(root: Path) -> Path:
     candidates = sorted((root / "annotations").glob("instances_*.json")) if (root / "annotations").is_dir() else []
@@ -177,8 +222,11 @@ class CocoInstances(ReaderDataset):
     file itself. ``annotations`` picks the json; ``images`` the image folder (default: ``<split>/`` next to
     ``annotations/``, else the json's folder). Each Sample has ``boxes`` (x0, y0, x1, y1), ``box_labels``
     (COCO category ids), and ``mask``: an int32 instance map (0 background, k for the k-th annotation; a
-    later annotation covers an earlier one where they overlap) unless ``masks=False``. ``meta`` holds the
-    annotation ids, ``iscrowd`` flags and the image's COCO id. Ids are the COCO image ids.
+    later annotation covers an earlier one where they overlap) unless ``masks=False``. ``meta`` holds, one
+    entry per annotation in file order, what COCOeval reads: ``ann_ids``, ``iscrowd`` flags, ``area`` (the
+    annotation's ``area`` field, which sizes it as small/medium/large) and ``instance_masks`` (an
+    :class:`InstanceMasks`, decoded only when read, overlaps intact; absent when ``masks=False``), plus the
+    image's ``coco_id``. Ids are the COCO image ids.
     """
 
     annotations = ("boxes", "box_labels", "mask")
@@ -225,6 +273,9 @@ class CocoInstances(ReaderDataset):
             bbox = ann.get("bbox") if isinstance(ann, dict) else None
             if not isinstance(bbox, list) or len(bbox) != 4 or "image_id" not in ann or "category_id" not in ann:
                 raise ShiftbenchError(f"coco: annotation {str(ann)[:80]} needs image_id, category_id and a 4-number bbox")
+            area = ann.get("area")
+            if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))):
+                raise ShiftbenchError(f"coco: {ann_file.name}: annotation {ann.get('id')}: area {area!r} is not a number")
             per_image.setdefault(int(ann["image_id"]), []).append(ann)
         records = []
         for img in data["images"]:
@@ -284,13 +335,13 @@ class CocoInstances(ReaderDataset):
                     mask[annotation_to_mask(ann["segmentation"], h, w)] = k
         meta = {"path": str(path), "coco_id": rec["id"], "ann_ids": [int(a.get("id", -1)) for a in anns],
                 "iscrowd": [int(a.get("iscrowd", 0)) for a in anns], "mask_type": "instance",
+                "area": [annotation_area(a, h, w) for a in anns],
                 "category_names": [self.categories.get(int(a["category_id"]), "") for a in anns]}
+        if self.masks:
+            meta["instance_masks"] = InstanceMasks([a.get("segmentation") for a in anns], h, w)
         return Sample(image=image, mask=mask, boxes=boxes, box_labels=labels, id=str(rec["id"]), meta=meta)
 
     def instance_masks(self, index: int) -> np.ndarray:
         """An (N, H, W) bool stack, one mask per annotation, overlaps kept (for mask AP)."""
         rec = self._records[index]
-        h, w = rec["height"], rec["width"]
-        masks = [annotation_to_mask(a["segmentation"], h, w) if a.get("segmentation") else np.zeros((h, w), bool)
-                 for a in rec["anns"]]
-        return np.stack(masks) if masks else np.zeros((0, h, w), dtype=bool)
+        return InstanceMasks([a.get("segmentation") for a in rec["anns"]], rec["height"], rec["width"]).decode()

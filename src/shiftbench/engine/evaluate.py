@@ -253,6 +253,8 @@ class _Runner:
                 info = {"higher_is_better": bool(getattr(metric, "higher_is_better", True)), "metric": name}
                 if i == 0 and extra:
                     info.update(extra)
+                if value is None and hasattr(metric, "undefined_reason"):
+                    info["undefined"] = metric.undefined_reason(key)  # stored as NULL, the reason beside it
                 results[key] = (None if value is None or not np.isfinite(value) else float(value), n, info)
         self.store.finish_condition(cid, results, n=n)
 

@@ -25,7 +25,9 @@ How the runner uses a metric (the whole contract)
 - ``update_from_samples(outputs, samples)``: the same, reading targets from :class:`shiftbench.Sample`
   records (``label``; ``mask``; ``boxes`` / ``box_labels``; ``caption``); what the runner calls.
 - ``compute() -> dict[str, float]``: the values to store, keyed by the row's metric name (``{"top1":
-  0.91}``; detection gives ``box_ap``, ``box_ap50``, ... together). NaN when nothing was seen.
+  0.91}``; detection gives ``box_ap``, ``box_ap50``, ... together). NaN when nothing was seen; None
+  where a value is undefined (COCO's -1): the store keeps NULL and, when the metric has
+  ``undefined_reason(key)``, the reason in the row's ``extra["undefined"]``.
 - ``n``: samples seen; ``reset()``: forget everything. ``state()`` exposes extra data for reports
   (the reliability diagram of ``ece``, per-class IoU of ``miou``).
 

@@ -160,7 +160,8 @@ def coco_evaluate(detections: Sequence[Any], targets: Sequence[Any], iou_type: s
 
     Each detection entry has ``boxes`` (xyxy), ``scores``, ``labels`` (and ``masks`` for ``segm``);
     each target ``boxes``, ``labels``, optional ``iscrowd``, ``area`` and ``masks``. Returns the 12
-    COCO stats keyed by :data:`STAT_NAMES`; -1 where undefined (no ground truth), as pycocotools.
+    COCO stats keyed by :data:`STAT_NAMES`; -1 where undefined (no ground truth), as pycocotools (the
+    metric classes turn -1 into None).
     """
     if iou_type not in ("bbox", "segm"):
         raise ShiftbenchError(f"iou_type must be 'bbox' or 'segm', got {iou_type!r}")
@@ -309,17 +310,42 @@ class DetectionAP(Metric):
                     instance_masks = s.mask[None] == np.arange(1, len(s.boxes) + 1)[:, None, None]
                 if instance_masks is None:
                     raise ShiftbenchError(f"{self.name} needs instance masks (meta['instance_masks'] or an instance map)")
+                if tuple(np.shape(instance_masks)[1:]) != s.image.shape[:2]:
+                    # a shift that resized the image without its annotations would pair the wrong pixels
+                    raise ShiftbenchError(f"{self.name}: sample {s.id}: instance masks are "
+                                          f"{tuple(np.shape(instance_masks)[1:])} but the image is {s.image.shape[:2]}")
                 target["masks"] = instance_masks
-            if "iscrowd" in s.meta:
-                target["iscrowd"] = s.meta["iscrowd"]
+            # what COCOeval reads per annotation besides the box: crowd flags (ignored regions) and the
+            # annotation's area (small/medium/large sizing by segment area, not by box area)
+            for key in ("iscrowd", "area"):
+                value = s.meta.get(key)
+                if value is not None:
+                    if len(value) != len(s.boxes):
+                        raise ShiftbenchError(f"{self.name}: sample {s.id}: meta[{key!r}] has {len(value)} "
+                                              f"entries for {len(s.boxes)} boxes")
+                    target[key] = value
             targets.append(target)
         self.update(outputs, targets)
 
-    def compute(self) -> dict[str, float]:
+    def compute(self) -> dict[str, float | None]:
+        """The 12 stats; None where COCOeval says -1 (undefined: no ground truth to score), see
+        :meth:`undefined_reason`. A -1 is not a value: averaging it with real values would be wrong."""
         if not self.n:
-            return {f"{self.prefix}_{k}": float("nan") for k in STAT_NAMES}
+            return {f"{self.prefix}_{k}": None for k in STAT_NAMES}
         stats = coco_evaluate([self._unpack(d) for d in self._dt], [self._unpack(g) for g in self._gt], self.iou_type)
-        return {f"{self.prefix}_{k}": v for k, v in stats.items()}
+        return {f"{self.prefix}_{k}": (None if v == -1 else v) for k, v in stats.items()}
+
+    def undefined_reason(self, key: str) -> str:
+        """Why ``compute()[key]`` is None, in words (stored with the row)."""
+        if not self.n:
+            return "no images were scored"
+        stat = key[len(self.prefix) + 1:] if key.startswith(self.prefix + "_") else key
+        size = next((s for s in ("small", "medium", "large") if stat.endswith(s)), None)
+        if size is None:
+            return "undefined (COCOeval -1): no non-crowd ground truth in any image"
+        lo, hi = AREA_RANGES[size]
+        span = f"area {lo:g}..{hi:g}" if size != "large" else f"area > {lo:g}"
+        return f"undefined (COCOeval -1): no non-crowd ground truth of {size} size ({span} px)"
 
 
 class BoxAP(DetectionAP):

@@ -259,10 +259,11 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix:
         plt.close(fig)
 
     # reliability diagrams from the ECE rows
-    ece_rows = [r for r in rows if r["metric"] == "ece" and (r.get("extra") or {}).get("accuracy")]
+    ece_rows = [r for r in rows if r["metric"] == "ece" and r["value"] is not None
+                and (r.get("extra") or {}).get("accuracy")]
     if ece_rows:
         clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
-        worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"] or 0, default=None)
+        worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"], default=None)
         picks = [(r, "clean") for r in clean_rows[:3]]
         if worst is not None:
             picks.append((worst, f"worst: {condition_label(worst['shift'], worst['params'])} s{worst['severity']}"))
@@ -277,7 +278,7 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix:
             ok = (counts > 0) & np.isfinite(acc)
             ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
             ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-            ax.set_title(f"{r['model']}\n{title}\nECE {100 * (r['value'] or 0):.1f}", fontsize=7)
+            ax.set_title(f"{r['model']}\n{title}\nECE {100 * r['value']:.1f}", fontsize=7)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)
             ax.set_xlabel("confidence", fontsize=7)

@@ -79,8 +79,8 @@ def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: 
     columns = [v for _, v in ATTRIBUTE_COLUMNS]
     cells: dict[str, dict[str, float | None]] = {m: {v: None for v in columns} for m in models}
     for r in attr_rows:
-        if int(r["severity"]) != int(severity) or clean.get(r["model"]) is None:
-            continue
+        if int(r["severity"]) != int(severity) or clean.get(r["model"]) is None or r["value"] is None:
+            continue  # an undefined value (stored as NULL) has no drop
         value = attribute_value(r["shift"], _params(r))
         if value in cells[r["model"]]:
             cells[r["model"]][value] = round(100.0 * (float(r["value"]) - float(clean[r["model"]])), 6)
@@ -117,7 +117,7 @@ def quality_table(quality_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     by_value: dict[str, dict[str, float]] = {}
     for r in quality_rows:
         value = attribute_value(r["shift"], _params(r))
-        if value is None:
+        if value is None or r["value"] is None:  # undefined values are left out of the means
             continue
         by_value.setdefault(value, {})[r["metric"]] = float(r["value"])
     columns = [c for c in QUALITY_COLUMNS if any(c in d for d in by_value.values())]
