@@ -302,32 +302,9 @@ class Store:
         old one (and the same inputs resume that new run later, with or without ``new_run``).
         A ``run_id`` already used by another spec is refused.
         """
-        from .identity import describe_changes, identity_key
-
-        digest = spec_hash(spec)
         identity_json = None if identity is None else canonical_json(identity)
-        keyed = None if identity is None else f"run-{identity_key({'spec': digest, 'identity': identity})[:12]}"
-        if run_id is None:
-            run_id = keyed if new_run and keyed else f"run-{digest[:12]}"
         with self._write() as conn:
-            row = conn.execute("SELECT spec_hash, identity_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-            if row is not None and row["spec_hash"] != digest:
-                raise StoreError(
-                    f"{self.path}: run {run_id!r} was started from another spec; use another run id or store"
-                )
-            if row is not None and identity is not None and row["identity_json"] is not None \
-                    and row["identity_json"] != identity_json:
-                changes = describe_changes(json.loads(row["identity_json"]), identity)
-                other = None if keyed is None or keyed == run_id else conn.execute(
-                    "SELECT identity_json FROM runs WHERE run_id = ? AND spec_hash = ?", (keyed, digest)).fetchone()
-                if other is not None and other["identity_json"] == identity_json:
-                    run_id, row = keyed, other  # these inputs already have their own run: resume it
-                else:
-                    raise StoreError(
-                        f"run {run_id}: {'; '.join(changes) or 'inputs changed'}; "
-                        + ("choose another --run-id" if new_run else
-                           "pass --new-run (new_run=True) to start a new run")
-                    )
+            run_id, row = self._resolve_run(conn, spec, identity, run_id, new_run)
             if row is not None:
                 conn.execute(
                     "UPDATE runs SET status = 'running', finished = NULL,"
@@ -338,10 +315,42 @@ class Store:
                 conn.execute(
                     "INSERT INTO runs (run_id, name, spec_json, spec_hash, versions_json, git_hash, seed, host,"
                     " started, status, identity_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
-                    (run_id, name, canonical_json(spec), digest, canonical_json(versions or {}), git_hash,
+                    (run_id, name, canonical_json(spec), spec_hash(spec), canonical_json(versions or {}), git_hash,
                      int(seed), socket.gethostname(), time.time(), identity_json),
                 )
         return run_id
+
+    def resolve_run(self, spec: dict[str, Any], identity: dict[str, Any] | None = None, run_id: str | None = None,
+                    new_run: bool = False) -> tuple[str, bool]:
+        """Which run ``start_run`` would open, and whether it exists, without writing anything;
+        raises the StoreError ``start_run`` would raise (a dry run's check)."""
+        run_id, row = self._resolve_run(self._conn, spec, identity, run_id, new_run)
+        return run_id, row is not None
+
+    def _resolve_run(self, conn: sqlite3.Connection, spec: dict[str, Any], identity: dict[str, Any] | None,
+                     run_id: str | None, new_run: bool) -> tuple[str, Any]:
+        from .identity import describe_changes, identity_key
+
+        digest = spec_hash(spec)
+        identity_json = None if identity is None else canonical_json(identity)
+        keyed = None if identity is None else f"run-{identity_key({'spec': digest, 'identity': identity})[:12]}"
+        if run_id is None:
+            run_id = keyed if new_run and keyed else f"run-{digest[:12]}"
+        row = conn.execute("SELECT spec_hash, identity_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row["spec_hash"] != digest:
+            raise StoreError(f"{self.path}: run {run_id!r} was started from another spec; use another run id or store")
+        if row is not None and identity is not None and row["identity_json"] is not None \
+                and row["identity_json"] != identity_json:
+            other = None if keyed is None or keyed == run_id else conn.execute(
+                "SELECT spec_hash, identity_json FROM runs WHERE run_id = ? AND spec_hash = ?", (keyed, digest)).fetchone()
+            if other is not None and other["identity_json"] == identity_json:
+                return keyed, other  # these inputs already have their own run (started with new_run): resume it
+            changes = describe_changes(json.loads(row["identity_json"]), identity)
+            raise StoreError(
+                f"run {run_id}: {'; '.join(changes) or 'inputs changed'}; "
+                + ("choose another --run-id" if new_run else "pass --new-run (new_run=True) to start a new run")
+            )
+        return run_id, row
 
     def finish_run(self, run_id: str) -> None:
         with self._write() as conn:
@@ -502,10 +511,12 @@ class Store:
         return [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
                 for r in rows]
 
-    def holds_results(self) -> bool:
-        """Whether anything worth keeping was written: a finished condition or a saved batch."""
+    def holds_work(self, own_run: str | None = None) -> bool:
+        """Whether the store holds anything worth keeping: a result, a saved batch, or a run other than
+        ``own_run`` (another process's). A store that holds none may be removed by its creator."""
         return self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM batches)").fetchone()[0] == 1
+            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM batches)"
+            " OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)", (own_run,)).fetchone()[0] == 1
 
     def integrity_check(self) -> str:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
