@@ -117,7 +117,7 @@ def evaluate(
 
 def _remove_if_empty(db: Store, path: Path, run_id: str | None) -> None:
     """Remove a store this call created when it holds no work (it would read "the store holds no runs"
-    or show an empty run); a store holding results, saved batches or another process's run is kept."""
+    or show an empty run); a store holding a result or another process's run is kept."""
     try:
         keep = db.holds_work(own_run=run_id)
     except Exception:  # cannot tell (a broken disk): keeping it is the safe side

@@ -93,6 +93,10 @@ def path_fingerprint(path: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def _combined(paths: Iterable[str | os.PathLike]) -> str:
+    """One file: its own SHA-256 (what ``sha256sum`` prints); several: a digest of (name, SHA-256) pairs."""
+    paths = list(paths)
+    if len(paths) == 1:
+        return file_sha256(paths[0])
     digest = hashlib.sha256()
     for p in sorted(str(Path(p).resolve()) for p in paths):
         digest.update(f"{Path(p).name}\0{file_sha256(p)}\n".encode())

@@ -512,11 +512,12 @@ class Store:
                 for r in rows]
 
     def holds_work(self, own_run: str | None = None) -> bool:
-        """Whether the store holds anything worth keeping: a result, a saved batch, or a run other than
-        ``own_run`` (another process's). A store that holds none may be removed by its creator."""
+        """Whether the store holds anything worth keeping: a result (a finished condition) or a run
+        other than ``own_run`` (another process's). A store that holds neither may be removed by its
+        creator; the saved batches of an unfinished first condition are redone by a rerun anyway."""
         return self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM batches)"
-            " OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)", (own_run,)).fetchone()[0] == 1
+            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)",
+            (own_run,)).fetchone()[0] == 1
 
     def integrity_check(self) -> str:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0]
