@@ -192,15 +192,16 @@ def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         parts = []
         for key in sorted(set(a_data) | set(b_data)):
             x, y = a_data.get(key), b_data.get(key)
-            if x == y:
-                continue
+            if x == y or (key == "sample_ids" and a_data.get("samples") != b_data.get("samples")):
+                continue  # the sample count already says the ids changed
             if isinstance(x, dict) and isinstance(y, dict) and "files" in x and "files" in y:
-                parts.append(f"{key}: {x['files']} files/{x['bytes']} bytes → {y['files']} files/{y['bytes']} bytes"
-                             if (x["files"], x["bytes"]) != (y["files"], y["bytes"]) else f"{key}: file sizes or times")
+                same_size = (x["files"], x["bytes"]) == (y["files"], y["bytes"])
+                parts.append(f"{key}: file sizes or times" if same_size else
+                             f"{key}: {x['files']} files/{x['bytes']} bytes → {y['files']} files/{y['bytes']} bytes")
             elif key == "samples":
                 parts.append(f"{x} → {y} samples")
-            elif key != "sample_ids" or "samples" not in parts:
-                parts.append(f"{key}")
+            else:
+                parts.append(key)
         changes.append(f"dataset {b_data.get('name', a_data.get('name'))!r} changed ({', '.join(parts)})")
     known = {"shiftbench", "models", "ids", "dataset"}
     for key in sorted((set(old) | set(new)) - known):
