@@ -40,17 +40,16 @@ def test_env_json():
 
 def test_dry_run_prints_plan(tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text("dataset: _test_tiny\nmodels: [dummy_a]\nshifts: [{name: _test_noise, severities: 1-5}]\n"
-                    "metrics: [m]\n")
-    # models/metrics resolve through the registries; register throwaway names in the subprocess
-    code = ("import sys, tiny_registry\nfrom shiftbench.registry import MODELS, METRICS\n"
-            "MODELS.add('dummy_a', object); METRICS.add('m', object)\n"
-            "from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))")
+    spec.write_text("dataset: _test_tiny\nmodels: [{name: dummy_classifier, params: {label_space: 2}}]\n"
+                    "shifts: [{name: _test_noise, severities: 1-5}]\nmetrics: [top1]\n")
+    code = "import sys, tiny_registry\nfrom shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC)]), COLUMNS="200")
     out = subprocess.run([sys.executable, "-c", code, "evaluate", "--config", str(spec), "--dry-run"],
-                         capture_output=True, text=True, env=env, timeout=120)
+                         capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "planned conditions (6)" in out.stdout and "_test_noise" in out.stdout
+    assert "20 samples" in out.stdout and "dummy_classifier" in out.stdout
+    assert not (tmp_path / "s.db").exists()  # a dry run writes nothing
 
 
 @pytest.mark.parametrize(

@@ -255,3 +255,22 @@ def test_cirr_folder_runs_with_keyword_categories(tmp_path, retrievers):
     assert _value(rows, "image_only", "clean", 0, "R@1[numerical]")["n"] == 1  # "two of them"
     assert _value(rows, "text_only", "clean", 0, "R_subset@3")["n"] == 2
     assert _value(rows, "sum_fusion", "text_qwerty", 2, "gamma@50")["value"] is not None
+
+
+def test_changed_retriever_weights_stop_the_resume(tmp_path, retrievers):
+    import copy
+
+    small = {**SPEC, "shifts": ["clean"], "limit": 10}
+    db = tmp_path / "r.db"
+    first = evaluate(small, store=db, models=retrievers)
+    assert evaluate(small, store=db, models=retrievers) == first  # unchanged inputs resume
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"retrained")
+    changed = copy.copy(retrievers["image_only"])
+    changed.weight_files = lambda: [str(weights)]
+    with pytest.raises(ShiftbenchError, match=r"model 'image_only' weights changed .*pass --new-run"):
+        evaluate(small, store=db, models={**retrievers, "image_only": changed})
+    fresh = evaluate(small, store=db, models={**retrievers, "image_only": changed}, new_run=True)
+    assert {r["run_id"] for r in fresh} != {r["run_id"] for r in first}
+    with Store(db) as store:
+        assert store.run(fresh[0]["run_id"])["identity"]["dataset"]["samples"] > 10  # queries + gallery ids

@@ -117,15 +117,19 @@ def env_cmd(as_json: bool) -> None:
 @click.option("--config", "config", type=click.Path(dir_okay=False), required=True, help="Benchmark spec (YAML).")
 @click.option("--store", type=click.Path(dir_okay=False), default=None, help="Results database (SQLite).")
 @click.option("--results-json", type=click.Path(dir_okay=False), default=None, help="Also write the rows here.")
-@click.option("--dry-run", is_flag=True, help="Validate the spec and print the planned conditions.")
+@click.option("--dry-run", is_flag=True,
+              help="Set the run up without running it: open the dataset, load every model and mask provider/"
+                   "captioner, check the store; print the plan. Fails with the message the run would give.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
 @click.option("--log-samples", is_flag=True, help="Store per-sample predictions.")
 @click.option("--run-id", default=None, help="Name of the run in the store (default: from the spec).")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default=None,
               help="Unreadable images: fail (default) or skip them (logged, recorded in the store as skipped.json). "
                    "Overrides the spec's on_error.")
+@click.option("--new-run", is_flag=True,
+              help="Start a new run when the spec's run exists with other inputs (weights, data, ids, version).")
 def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
-                 log_samples: bool, run_id: str | None, on_error: str | None) -> None:
+                 log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool) -> None:
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
     from .spec import load_spec
 
@@ -136,21 +140,37 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         spec.log_samples = True
     if on_error is not None:
         spec.on_error = on_error
+    store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
-        _print_plan(spec)
+        _dry_run(spec, store, run_id, new_run)
         return
     from .engine.evaluate import evaluate
 
-    store = store or str(Path(config).with_suffix(".db").name)
-    rows = evaluate(spec, store=store, run_id=run_id, progress=True)
+    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run)
     if results_json:
         _write_json_atomic(Path(results_json), rows)
     _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""))
 
 
-def _print_plan(spec) -> None:
+def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
+    """Everything the run does before its first model call (engine.evaluate.prepare), then the plan."""
+    from .engine.evaluate import prepare
+    from .engine.store import Store
+
+    plan = prepare(spec)
+    where = "new store"
+    path = Path(store)
+    if path.is_file() and path.stat().st_size > 0:  # would the run resume, start, or stop on changed inputs?
+        with Store(path, create=False) as db:
+            rid, exists = db.resolve_run(spec.raw, plan.identity(), run_id=run_id, new_run=new_run)
+        where = f"{'resumes' if exists else 'starts'} run {rid}"
+    _print_plan(plan, f"{store} ({where})")
+
+
+def _print_plan(plan, store: str) -> None:
     from rich.table import Table
 
+    spec = plan.spec
     conditions = spec.conditions()
     table = Table(title=f"planned conditions ({len(conditions)})", title_justify="left")
     for col in ("#", "model", "shift", "params", "severity"):
@@ -158,8 +178,16 @@ def _print_plan(spec) -> None:
     for i, c in enumerate(conditions, 1):
         table.add_row(str(i), c.model, c.shift, json.dumps(c.params) if c.params else "", str(c.severity))
     console = _console()
-    console.print(f"dataset: {spec.dataset}" + (f" (limit {spec.limit})" if spec.limit else ""))
-    console.print(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}")
+    dataset = plan.dataset
+    kind = getattr(dataset, "description", None) or type(dataset).__name__
+    console.print(f"dataset: {spec.dataset}: {kind}; {plan.samples} samples"
+                  + (f" (limit {spec.limit})" if spec.limit else ""))
+    skipped = list(getattr(dataset, "skipped", None) or [])
+    for item in skipped:
+        console.print("  skipped: " + (": ".join(str(x) for x in item) if isinstance(item, (tuple, list)) else str(item)))
+    for label, model in plan.models.items():
+        console.print(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
+    console.print(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
     console.print(table)
 
 

@@ -64,6 +64,10 @@ class Blip2Captioner:
         self.source, self.device, self.dtype, self.max_new_tokens = model, device, dtype, max_new_tokens
         self._model = None if isinstance(model, str) else model
 
+    def load(self) -> None:
+        """Load the captioning model now (a dry run's check)."""
+        self._load()
+
     def _load(self):
         if self._model is None:
             try:

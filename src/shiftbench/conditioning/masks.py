@@ -224,6 +224,9 @@ class MaskProvider:
             return self.one(samples)
         return [self.one(s) for s in samples]
 
+    def load(self) -> None:
+        """Load the provider's weights now (a dry run's check); providers without weights need nothing."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -264,9 +267,12 @@ class U2NetPMasks(MaskProvider):
     def config_key(self, sample: Sample) -> Any:
         return ("u2netp", self.threshold, self.box, sample_box(sample) if self.box else None)
 
-    def raw(self, sample: Sample) -> tuple[np.ndarray, np.ndarray | None]:
+    def load(self) -> None:
         if self._model is None:
             self._model = _u2netp(self.threads)
+
+    def raw(self, sample: Sample) -> tuple[np.ndarray, np.ndarray | None]:
+        self.load()
         image = sample.image
         box = sample_box(sample) if self.box else None
         prob = np.zeros(sample.size, dtype=np.float32)
@@ -356,6 +362,9 @@ class SamMasks(MaskProvider):
     def config_key(self, sample: Sample) -> Any:
         return ("sam", str(self.source), self.prompt, self.points, self.text, sample_box(sample, 0.0),
                 sample.class_name)
+
+    def load(self) -> None:
+        self._load()
 
     def _load(self):
         if self._sam is None:

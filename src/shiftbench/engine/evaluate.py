@@ -40,6 +40,37 @@ class _Condition:
     shift: Any
 
 
+@dataclass
+class Plan:
+    """A run set up and checked, nothing run: the dataset opened, every model loaded, the metrics
+    checked against each model's task, every shift created with its conditioning (mask providers,
+    captioners, pipelines) loaded. ``prepare`` builds it for the real run and for ``--dry-run`` alike,
+    so a dry run that passes means the run can start."""
+
+    spec: Spec
+    dataset: Any
+    models: dict[str, Any]
+    metrics: dict[str, list[str]]
+    conditions: list[_Condition]
+    retrieval: Any = None  # the composed-retrieval setup (engine/retrieval.py) for a spec of retrievers
+
+    @property
+    def samples(self) -> int:
+        return self.retrieval.n_queries if self.retrieval is not None else len(self.dataset)
+
+    def identity(self) -> dict[str, Any]:
+        """What besides the spec decides the numbers (engine/identity.py): version, weights, data, ids."""
+        from .identity import run_identity
+
+        return run_identity(self.spec, self.dataset, self.models)
+
+
+def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
+    """Set up a run without running it (see :class:`Plan`); raises the error the run would raise."""
+    spec = load_spec(spec_or_path)
+    return _Runner(spec, None, None, False, models or {}, None).prepare()
+
+
 def evaluate(
     spec_or_path: Any,
     store: str | os.PathLike | Store | None = None,
@@ -47,34 +78,70 @@ def evaluate(
     progress: bool = False,
     models: dict[str, Any] | None = None,
     on_batch: Callable[[str, int], None] | None = None,
+    new_run: bool = False,
 ) -> list[dict[str, Any]]:
     """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
 
     ``store`` is a database path (created if missing) or an open Store; without one a temporary store
     is used. ``models`` may pass already-created model objects by name (reused across calls).
+    A run resumes only when its inputs are unchanged (the spec, shiftbench's version, the weights,
+    the dataset's files, the ids file); otherwise it stops naming what changed, and ``new_run=True``
+    starts a new run instead. Setup (dataset, models, conditioning) happens before the store is
+    opened, and a store this call created that holds no result when the run fails is removed.
     """
     spec = load_spec(spec_or_path)
-    own_store = not isinstance(store, Store)
+    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run)
+    plan = runner.prepare()
     tmpdir = None
     if store is None:
         tmpdir = tempfile.TemporaryDirectory(prefix="shiftbench-")
         store = Path(tmpdir.name) / "results.db"
+    created: Path | None = None
+    if not isinstance(store, Store):
+        path = Path(store)
+        created = path if not path.exists() or (path.is_file() and path.stat().st_size == 0) else None
     db = store if isinstance(store, Store) else Store(store)
+    runner.store = db
     try:
-        return _Runner(spec, db, run_id, progress, models or {}, on_batch).run()
+        return runner.run(plan)
+    except BaseException:
+        if created is not None:
+            _remove_if_empty(db, created, runner.run_id)
+        raise
     finally:
-        if own_store:
+        if not isinstance(store, Store):
             db.close()
         if tmpdir is not None:
             tmpdir.cleanup()
 
 
+def _remove_if_empty(db: Store, path: Path, run_id: str | None) -> None:
+    """Remove a store this call created when it holds no work (it would read "the store holds no runs"
+    or show an empty run); a store holding a result or another process's run is kept."""
+    try:
+        keep = db.holds_work(own_run=run_id)
+    except Exception:  # cannot tell (a broken disk): keeping it is the safe side
+        keep = True
+    db.close()
+    if keep:
+        return
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            Path(str(path) + suffix).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:  # a read-only folder: nothing more can be done, the error already says why
+            pass
+
+
 class _Runner:
-    def __init__(self, spec: Spec, store: Store, run_id: str | None, progress: bool,
-                 models: dict[str, Any], on_batch: Callable | None):
+    def __init__(self, spec: Spec, store: Store | None, run_id: str | None, progress: bool,
+                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False):
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
         self.given_models = models
         self.requested_run_id = run_id
+        self.new_run = new_run
+        self.run_id: str | None = None
 
     # -- setup --------------------------------------------------------------------------------
     def _dataset(self):
@@ -128,30 +195,49 @@ class _Runner:
             per_model[name] = names
         return per_model
 
-    # -- the run ------------------------------------------------------------------------------
-    def run(self) -> list[dict[str, Any]]:
-        from .provenance import git_hash, versions
-
+    def prepare(self) -> Plan:
+        """Everything before the first model call: dataset, models, metrics, shifts and conditioning."""
         spec = self.spec
-        # -- composed retrieval (issue 9): a spec of retrievers runs its own loop in engine/retrieval.py
-        from .retrieval import is_retrieval_spec, run_retrieval
+        from .retrieval import is_retrieval_spec, setup_retrieval
 
         if is_retrieval_spec(spec):
-            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
-                                 self.on_batch)
-        # -- end of the composed-retrieval hook
+            setup = setup_retrieval(spec, self.given_models)
+            return Plan(spec, setup.dataset, setup.models, {m: list(spec.metrics) for m in setup.models}, [],
+                        retrieval=setup)
         dataset = self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)
-        dataset_name = spec.dataset
-        run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),
-                                      git_hash=git_hash(), name=spec.name)
-        self._record_skipped(run_id)
         conditions = []
         for s in spec.shifts:
             shift = SHIFTS.create(s.name, **s.params)
             for severity in s.severities:
                 conditions.append(_Condition(s.name, dict(s.params), severity, shift))
+        # load each shift's conditioning (u2netp, SAM, a captioner, a diffusion pipeline) now, so that
+        # a missing file fails here, in a dry run too, and not after minutes of work
+        first = dataset.load(0)
+        for shift in {id(c.shift): c.shift for c in conditions}.values():
+            shift.load_conditioning(first)
+        return Plan(spec, dataset, models, metrics, conditions)
+
+    # -- the run ------------------------------------------------------------------------------
+    def run(self, plan: Plan | None = None) -> list[dict[str, Any]]:
+        from .provenance import git_hash, versions
+
+        plan = plan or self.prepare()
+        spec = self.spec
+        if plan.retrieval is not None:  # composed retrieval (issue 9) runs its own loop in engine/retrieval.py
+            from .retrieval import run_retrieval
+
+            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
+                                 setup=plan.retrieval, new_run=self.new_run, on_start=self._started,
+                                 on_batch=self.on_batch)
+        dataset, models, metrics, conditions = plan.dataset, plan.models, plan.metrics, plan.conditions
+        dataset_name = spec.dataset
+        run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),
+                                      git_hash=git_hash(), name=spec.name, identity=plan.identity(),
+                                      new_run=self.new_run)
+        self._started(run_id)
+        self._record_skipped(run_id)
         n = len(dataset)
         batch = spec.batch_size
         n_batches = (n + batch - 1) // batch
@@ -193,6 +279,9 @@ class _Runner:
 
             data = json.dumps([{"file": name, "reason": reason} for name, reason in self.skipped], indent=1)
             self.store.put_artifact(run_id, "skipped.json", data.encode("utf-8"), {"count": len(self.skipped)})
+
+    def _started(self, run_id: str) -> None:
+        self.run_id = run_id
 
     def _load_batch(self, dataset, cond: _Condition, b: int, batch: int) -> list[Sample]:
         indices = range(b * batch, min((b + 1) * batch, len(dataset)))

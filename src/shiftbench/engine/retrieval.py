@@ -28,7 +28,8 @@ from ..spec import Spec
 from .evaluate import _Condition
 from .store import ConditionKey, Store
 
-__all__ = ["run_retrieval", "retrieve", "is_retrieval_spec", "GalleryIndex", "validate_queries"]
+__all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
+           "validate_queries"]
 
 TOPK_LOGGED = 10
 
@@ -177,16 +178,27 @@ class _Features:
         self.texts: dict[tuple[str, str], np.ndarray] = {}
 
 
-def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress: bool = False,
-                  given_models: dict[str, Any] | None = None,
-                  on_batch: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
-    """Evaluate a retrieval spec into ``store``; returns the run's rows.
+@dataclass
+class RetrievalSetup:
+    """A retrieval run set up and checked, nothing computed (the runner's ``prepare`` for retrievers)."""
 
-    ``on_batch(model, 0)`` is called after each finished (model, condition): all queries are one batch.
-    """
+    dataset: Any
+    corrupt_gallery: bool
+    n_queries: int
+    models: dict[str, Any]
+    metric_names: list[str]
+    gallery: "GalleryIndex"
+    clean_queries: list[Query]
+    targets: np.ndarray
+    exclude: np.ndarray
+    subsets: list
+    categories: list
+
+
+def setup_retrieval(spec: Spec, given_models: dict[str, Any] | None = None) -> RetrievalSetup:
+    """Open the retrieval dataset, load the retrievers, check the metrics and every query."""
     from ..datasets import load
     from ..metrics.base import check_task
-    from .provenance import git_hash, versions
 
     given_models = given_models or {}
     params = dict(spec.dataset_params)
@@ -219,9 +231,43 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     from ..shifts.retrieval import primary_category
 
     categories = [q.category or primary_category(q.text) for q in clean_queries]
+    return RetrievalSetup(dataset, corrupt_gallery, n_queries, models, metric_names, gallery, clean_queries,
+                          targets, exclude, subsets, categories)
 
+
+class _QueryIds:
+    """The queries a run reads, as the identity's dataset fingerprint sees them (their ids)."""
+
+    def __init__(self, queries: list[Query], gallery: "GalleryIndex"):
+        self.ids = [str(q.id) for q in queries] + [f"gallery:{g}" for g in gallery.ids]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def sample_id(self, i: int) -> str:
+        return self.ids[i]
+
+
+def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress: bool = False,
+                  given_models: dict[str, Any] | None = None, setup: RetrievalSetup | None = None,
+                  new_run: bool = False, on_start: Any = None,
+                  on_batch: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
+    """Evaluate a retrieval spec into ``store``; returns the run's rows. A run resumes only when its
+    identity (weights, dataset files, version; engine/identity.py) is unchanged, or with ``new_run``.
+    ``on_batch(model, 0)`` is called after each finished (model, condition): all queries are one batch."""
+    from .identity import run_identity
+    from .provenance import git_hash, versions
+
+    setup = setup or setup_retrieval(spec, given_models)
+    dataset, corrupt_gallery, n_queries = setup.dataset, setup.corrupt_gallery, setup.n_queries
+    models, metric_names, gallery = setup.models, setup.metric_names, setup.gallery
+    clean_queries, targets, exclude, subsets = setup.clean_queries, setup.targets, setup.exclude, setup.subsets
+    categories = setup.categories
+    identity = run_identity(spec, _QueryIds(clean_queries, gallery), models)
     run_id = store.start_run(spec.raw, spec.seed, run_id=run_id, versions=versions(), git_hash=git_hash(),
-                             name=spec.name)
+                             name=spec.name, identity=identity, new_run=new_run)
+    if on_start is not None:
+        on_start(run_id)
     conditions = []
     for s in spec.shifts:
         shift = SHIFTS.create(s.name, **s.params)

@@ -23,6 +23,7 @@ from ..errors import StoreError
 
 SCHEMA_VERSION = "1"
 _MAGIC_KEY = "shiftbench_schema"
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs (
     host TEXT,
     started REAL NOT NULL,
     finished REAL,
-    status TEXT NOT NULL
+    status TEXT NOT NULL,
+    identity_json TEXT
 );
 CREATE TABLE IF NOT EXISTS conditions (
     condition_id INTEGER PRIMARY KEY,
@@ -92,6 +94,24 @@ def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _reason(exc: sqlite3.Error) -> str:
+    """SQLite's message, led by what the user can do about it."""
+    text = str(exc)
+    low = text.lower()
+    if "disk is full" in low or "database or disk is full" in low:
+        return f"the disk is full ({text}); free space and run again to resume"
+    if "readonly" in low or "read-only" in low:
+        return f"the store is read-only ({text}); make it writable or give another --store"
+    if "unable to open" in low:
+        return f"cannot open the file ({text}); check the folder's permissions"
+    return text
+
+
 @dataclass(frozen=True)
 class ConditionKey:
     model: str
@@ -124,58 +144,134 @@ class Store:
             raise StoreError(f"{self.path}: store not found")
         if self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory; give a database file path")
-        existed = self.path.exists() and self.path.stat().st_size > 0
-        if existed:
+        if self.path.is_file():
+            # a file another process is creating is empty or starts with SQLite's header, so only a
+            # file that is neither is refused here; an empty one is "being created", not "not a store"
             with open(self.path, "rb") as fh:
-                if fh.read(16) != b"SQLite format 3\x00":
-                    raise StoreError(f"{self.path}: not a shiftbench store (not an SQLite database)")
-        elif not self.path.parent.exists():
+                head = fh.read(16)
+            if head and not _SQLITE_HEADER.startswith(head):
+                raise StoreError(f"{self.path}: not a shiftbench store (not an SQLite database)")
+        elif not self.path.exists() and not self.path.parent.exists():
             raise StoreError(f"{self.path}: folder {self.path.parent} does not exist")
+        self._timeout = timeout
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot open store ({exc})") from None
+            raise StoreError(f"{self.path}: cannot open store ({_reason(exc)})") from None
         self._conn.row_factory = sqlite3.Row
-        self._conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        if existed:
-            self._check_magic()
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
-        if not existed:
-            self._init_schema()
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
 
     # -- plumbing -----------------------------------------------------------------------------
-    def _check_magic(self) -> None:
+    def _open(self) -> None:
+        """Check the schema marker, creating the schema when the database is empty.
+
+        Safe when many processes open one fresh path at once: the schema is created in one
+        ``BEGIN IMMEDIATE`` transaction, and the check that decides whether to create it runs inside
+        that transaction, so a process that arrives while another creates the schema waits for it
+        instead of seeing a half-made database. Locks that SQLite reports without waiting (changing
+        the journal mode of a fresh file) are retried until ``timeout``.
+        """
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        current = self._marker(conn) == SCHEMA_VERSION
+        if current and self._has_identity(conn):
+            self._pragmas(conn)  # the common case: an existing store, nothing to write
+            return
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                self._pragmas(conn)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._create_or_check(conn)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+                return
+            except sqlite3.OperationalError as exc:
+                if current and "readonly" in str(exc):
+                    return  # an older read-only store: readable as it is, the new column stays absent
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"{self.path}: cannot open store ({_reason(exc)})") from None
+                time.sleep(0.01)
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{self.path}: not a shiftbench store ({exc})") from None
+
+    @staticmethod
+    def _pragmas(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+
+    def _marker(self, conn: sqlite3.Connection) -> str | None:
+        """The schema version recorded in the store (None when there is no marker or no table yet)."""
         try:
-            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (_MAGIC_KEY,)).fetchone()
-        except sqlite3.DatabaseError:
-            raise StoreError(f"{self.path}: not a shiftbench store (no shiftbench tables)") from None
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone():
+                return None
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (_MAGIC_KEY,)).fetchone()
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return None  # being created by another process: decided under the write lock
+            raise StoreError(f"{self.path}: cannot read store ({_reason(exc)})") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a shiftbench store ({exc})") from None
+        return None if row is None else str(row[0])
+
+    @staticmethod
+    def _has_identity(conn: sqlite3.Connection) -> bool:
+        return any(r[1] == "identity_json" for r in conn.execute("PRAGMA table_info(runs)"))
+
+    def _create_or_check(self, conn: sqlite3.Connection) -> None:
+        """Inside the write lock: create the schema in an empty database, else check the marker."""
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            for statement in _SCHEMA.strip().split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?)", (_MAGIC_KEY, SCHEMA_VERSION))
+            return
+        if "meta" not in tables:
+            raise StoreError(f"{self.path}: not a shiftbench store (no shiftbench tables)")
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (_MAGIC_KEY,)).fetchone()
         if row is None:
             raise StoreError(f"{self.path}: not a shiftbench store (no schema marker)")
         if row[0] != SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema {row[0]} is not supported (this version reads {SCHEMA_VERSION})")
-
-    def _init_schema(self) -> None:
-        with self._write() as conn:
-            for statement in _SCHEMA.strip().split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", (_MAGIC_KEY, SCHEMA_VERSION))
-        self._check_magic()
+        if not self._has_identity(conn):  # a store written before run identities: add the column
+            conn.execute("ALTER TABLE runs ADD COLUMN identity_json TEXT")
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; taken IMMEDIATE so concurrent writers queue instead of deadlocking."""
+        """One write transaction; taken IMMEDIATE so concurrent writers queue instead of deadlocking.
+
+        SQLite's own failures (a full disk, a read-only file, an I/O error) become one StoreError that
+        names the store and the reason; the transaction is rolled back, so nothing half-written stays.
+        """
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot write to the store: {_reason(exc)}") from None
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"{self.path}: cannot write to the store: {_reason(exc)}") from None
             raise
         else:
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise StoreError(f"{self.path}: cannot write to the store: {_reason(exc)}") from None
 
     def close(self) -> None:
         self._conn.close()
@@ -195,27 +291,66 @@ class Store:
         versions: dict[str, Any] | None = None,
         git_hash: str | None = None,
         name: str | None = None,
+        identity: dict[str, Any] | None = None,
+        new_run: bool = False,
     ) -> str:
-        """Open a run for ``spec``: the same spec resumes its run; ``run_id`` of another spec is refused."""
-        digest = spec_hash(spec)
-        run_id = run_id or f"run-{digest[:12]}"
+        """Open a run for ``spec``: the same spec with the same ``identity`` resumes its run.
+
+        ``identity`` holds what besides the spec decides the numbers (engine/identity.py). A run of
+        the same spec whose identity differs is not resumed: a StoreError names what changed. With
+        ``new_run`` the run id is keyed by the spec and the identity, so a new run starts beside the
+        old one (and the same inputs resume that new run later, with or without ``new_run``).
+        A ``run_id`` already used by another spec is refused.
+        """
+        identity_json = None if identity is None else canonical_json(identity)
         with self._write() as conn:
-            row = conn.execute("SELECT spec_hash FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            run_id, row = self._resolve_run(conn, spec, identity, run_id, new_run)
             if row is not None:
-                if row["spec_hash"] != digest:
-                    raise StoreError(
-                        f"{self.path}: run {run_id!r} was started from another spec; "
-                        "use another run id or store"
-                    )
-                conn.execute("UPDATE runs SET status = 'running', finished = NULL WHERE run_id = ?", (run_id,))
+                conn.execute(
+                    "UPDATE runs SET status = 'running', finished = NULL,"
+                    " identity_json = COALESCE(identity_json, ?) WHERE run_id = ?",
+                    (identity_json, run_id),
+                )
             else:
                 conn.execute(
                     "INSERT INTO runs (run_id, name, spec_json, spec_hash, versions_json, git_hash, seed, host,"
-                    " started, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running')",
-                    (run_id, name, canonical_json(spec), digest, canonical_json(versions or {}), git_hash,
-                     int(seed), socket.gethostname(), time.time()),
+                    " started, status, identity_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                    (run_id, name, canonical_json(spec), spec_hash(spec), canonical_json(versions or {}), git_hash,
+                     int(seed), socket.gethostname(), time.time(), identity_json),
                 )
         return run_id
+
+    def resolve_run(self, spec: dict[str, Any], identity: dict[str, Any] | None = None, run_id: str | None = None,
+                    new_run: bool = False) -> tuple[str, bool]:
+        """Which run ``start_run`` would open, and whether it exists, without writing anything;
+        raises the StoreError ``start_run`` would raise (a dry run's check)."""
+        run_id, row = self._resolve_run(self._conn, spec, identity, run_id, new_run)
+        return run_id, row is not None
+
+    def _resolve_run(self, conn: sqlite3.Connection, spec: dict[str, Any], identity: dict[str, Any] | None,
+                     run_id: str | None, new_run: bool) -> tuple[str, Any]:
+        from .identity import describe_changes, identity_key
+
+        digest = spec_hash(spec)
+        identity_json = None if identity is None else canonical_json(identity)
+        keyed = None if identity is None else f"run-{identity_key({'spec': digest, 'identity': identity})[:12]}"
+        if run_id is None:
+            run_id = keyed if new_run and keyed else f"run-{digest[:12]}"
+        row = conn.execute("SELECT spec_hash, identity_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and row["spec_hash"] != digest:
+            raise StoreError(f"{self.path}: run {run_id!r} was started from another spec; use another run id or store")
+        if row is not None and identity is not None and row["identity_json"] is not None \
+                and row["identity_json"] != identity_json:
+            other = None if keyed is None or keyed == run_id else conn.execute(
+                "SELECT spec_hash, identity_json FROM runs WHERE run_id = ? AND spec_hash = ?", (keyed, digest)).fetchone()
+            if other is not None and other["identity_json"] == identity_json:
+                return keyed, other  # these inputs already have their own run (started with new_run): resume it
+            changes = describe_changes(json.loads(row["identity_json"]), identity)
+            raise StoreError(
+                f"run {run_id}: {'; '.join(changes) or 'inputs changed'}; "
+                + ("choose another --run-id" if new_run else "pass --new-run (new_run=True) to start a new run")
+            )
+        return run_id, row
 
     def finish_run(self, run_id: str) -> None:
         with self._write() as conn:
@@ -228,6 +363,8 @@ class Store:
             d = dict(r)
             d["spec"] = json.loads(d.pop("spec_json"))
             d["versions"] = json.loads(d.pop("versions_json"))
+            identity = d.pop("identity_json", None)
+            d["identity"] = json.loads(identity) if identity else None
             out.append(d)
         return out
 
@@ -373,6 +510,14 @@ class Store:
         ).fetchall()
         return [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
                 for r in rows]
+
+    def holds_work(self, own_run: str | None = None) -> bool:
+        """Whether the store holds anything worth keeping: a result (a finished condition) or a run
+        other than ``own_run`` (another process's). A store that holds neither may be removed by its
+        creator; the saved batches of an unfinished first condition are redone by a rerun anyway."""
+        return self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)",
+            (own_run,)).fetchone()[0] == 1
 
     def integrity_check(self) -> str:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0]

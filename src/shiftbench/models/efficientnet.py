@@ -76,6 +76,10 @@ class EfficientNetLite(TorchClassifier):
     def info(self) -> dict[str, Any]:
         return {**super().info(), "backend": self.backend}
 
+    def weight_files(self) -> list[str]:
+        """The state dict this model loaded (hashed into a run's identity)."""
+        return [self.weights]
+
     def predict_logits(self, images: Any) -> Any:
         """Logits (N, 1000). On the CPU in float32 the forward pass runs in ONNX Runtime (the same
         weights exported from the torch module once and cached; several times faster than eager torch

@@ -12,6 +12,7 @@ through the Hugging Face cache (set ``HF_HUB_OFFLINE=1`` to forbid downloads).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = ["create", "HFZeroShotClassifier", "HFClassifier", "HFDetector", "HFSe
 
 ZERO_SHOT_TYPES = {"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "metaclip_2"}
 CAPTION_TYPES = {"blip-2", "blip_2", "blip", "git", "instructblip"}
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".onnx", ".msgpack", ".h5"}
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "area", 5: "area"}
 
 
@@ -126,7 +128,21 @@ class _HFBase:
         for p in self.module.parameters():
             p.requires_grad_(False)
         self.source = source
+        self.revision = revision
         self.preprocess = preprocess_from_processor(self.processor)
+
+    def weight_files(self) -> list[str]:
+        """The weight files of a local folder, or of the hub cache's snapshot of a hub id (for a run's
+        identity); empty when they cannot be found (the identity then hashes the loaded parameters)."""
+        folder = Path(self.source)
+        if not folder.is_dir():
+            try:
+                from huggingface_hub import snapshot_download
+
+                folder = Path(snapshot_download(self.source, revision=self.revision, local_files_only=True))
+            except Exception:  # not cached as a snapshot (or no hub client): fall back to the parameters
+                return []
+        return sorted(str(p) for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES and p.is_file())
 
     def _pixels(self, images: list[np.ndarray]) -> dict[str, Any]:
         batch = self.processor(images=images, return_tensors="pt")

@@ -72,6 +72,10 @@ class U2NetP(Segmenter):
             interpolation="lanczos", scale_by_max=True,
         )
 
+    def weight_files(self) -> list[str]:
+        """The ONNX graph this model loaded (hashed into a run's identity)."""
+        return [self.path]
+
     def predict(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Foreground probability, float32 (H, W) in [0, 1], at each input image's size."""
         import cv2

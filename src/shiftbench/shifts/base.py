@@ -119,6 +119,12 @@ class Shift:
             if getattr(sample, field_name, None) is None:
                 raise ShiftbenchError(f"shift {self.name!r} needs samples with a {field_name}; sample {sample.id} has none")
 
+    def load_conditioning(self, sample: Sample) -> None:
+        """Load what this shift needs to run on samples like ``sample`` (mask providers, captioners,
+        pipelines; weights included) without running any of it, so that a missing file or package
+        raises now the error the first real call would. ``shiftbench evaluate --dry-run`` and the
+        runner's setup call it. Shifts without conditioning need nothing."""
+
     def replay(self, x: Any, params: dict[str, Any]) -> Any:
         """Rebuild a shifted output from recorded params (same kind out as in)."""
         sample, unwrap = self._wrap(x, None)

@@ -132,6 +132,13 @@ class BackgroundShift(Shift):
             raise ShiftbenchError(f"shift {self.name!r} needs samples with a mask (mask='ground_truth'); "
                                   f"sample {sample.id} has none")
 
+    def load_conditioning(self, sample: Sample) -> None:
+        """Load the mask provider that samples like ``sample`` need (u2netp's file, SAM's weights)."""
+        self.check_sample(sample)
+        name = self.provider_name(sample)
+        if name != "ground_truth":
+            _shared_provider(name, self.mask_options if name == self.mask_name else {}).load()
+
     def object_mask(self, sample: Sample) -> np.ndarray:
         """The binary object mask of ``sample`` (validated: not empty, not the whole image, right size)."""
         name = self.provider_name(sample)

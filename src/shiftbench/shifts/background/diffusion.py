@@ -151,6 +151,13 @@ class _DiffusionBackground(BackgroundShift):
         return parts
 
     # -- conditioning -------------------------------------------------------------------------------
+    def load_conditioning(self, sample: Sample) -> None:
+        """The mask provider, the diffusion components and the captioner, loaded, nothing run."""
+        super().load_conditioning(sample)
+        self.parts  # noqa: B018 - loads (and caches) the pipeline's components
+        if self.captioner is not None and callable(getattr(self.captioner, "load", None)):
+            self.captioner.load()
+
     def caption(self, sample: Sample) -> str:
         if sample.caption and sample.caption.strip() and self.captioner is None:
             return sample.caption

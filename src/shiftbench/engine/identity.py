@@ -1,0 +1,210 @@
+"""Run identity: fingerprints of what decides a run's numbers (version, weights, ids file, dataset).
+
+A run resumes only when its identity is unchanged; otherwise :func:`describe_changes` names what
+changed in one line. Weight files are hashed once and the digest is cached by (path, size, mtime), so
+a 500 MB checkpoint is read on the first run only. A dataset folder is fingerprinted from its file
+list, sizes and mtimes (``stat`` only, no image is read); a single file (a COCO annotation json, an
+ids list) by its SHA-256.
+
+>>> describe_changes({"shiftbench": "0.1"}, {"shiftbench": "0.2"})
+['shiftbench version changed (0.1 → 0.2)']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["file_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint", "dataset_fingerprint",
+           "run_identity", "describe_changes", "identity_key"]
+
+_CHUNK = 1 << 20
+_MEMO: dict[tuple[str, int, int], str] = {}
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("SHIFTBENCH_CACHE", Path.home() / ".cache" / "shiftbench")) / "hashes"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a file, cached in memory and on disk by (absolute path, size, mtime_ns)."""
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key in _MEMO:
+        return _MEMO[key]
+    slot = _cache_dir() / (hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32] + ".txt")
+    try:
+        cached = slot.read_text().strip()
+    except OSError:
+        cached = ""
+    if len(cached) == 64:
+        _MEMO[key] = cached
+        return cached
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    _MEMO[key] = value
+    try:  # the cache is an optimisation: a read-only home must not stop a run
+        slot.parent.mkdir(parents=True, exist_ok=True)
+        tmp = slot.with_name(f"{slot.name}.{os.getpid()}.part")
+        tmp.write_text(value)
+        tmp.replace(slot)
+    except OSError:
+        pass
+    return value
+
+
+def tree_fingerprint(root: str | os.PathLike) -> dict[str, Any]:
+    """A folder's file list with sizes and mtimes, hashed (hidden entries skipped, no file is read)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    files = total = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            path = Path(folder) / name
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # a dangling link: the reader reports it, the fingerprint need not
+            rel = path.relative_to(root).as_posix()
+            digest.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            files += 1
+            total += st.st_size
+    return {"files": files, "bytes": total, "sha256": digest.hexdigest()}
+
+
+def path_fingerprint(path: str | os.PathLike) -> dict[str, Any] | None:
+    """``tree_fingerprint`` for a folder, the SHA-256 of a file, None for anything else."""
+    path = Path(path)
+    if path.is_dir():
+        return tree_fingerprint(path)
+    if path.is_file():
+        return {"files": 1, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    return None
+
+
+def _combined(paths: Iterable[str | os.PathLike]) -> str:
+    """One file: its own SHA-256 (what ``sha256sum`` prints); several: a digest of (name, SHA-256) pairs."""
+    paths = list(paths)
+    if len(paths) == 1:
+        return file_sha256(paths[0])
+    digest = hashlib.sha256()
+    for p in sorted(str(Path(p).resolve()) for p in paths):
+        digest.update(f"{Path(p).name}\0{file_sha256(p)}\n".encode())
+    return digest.hexdigest()
+
+
+def model_fingerprint(model: Any) -> dict[str, Any]:
+    """What identifies a model's weights: the SHA-256 of the files it loaded (``model.weight_files()``),
+    else of its torch module's parameters and buffers, else its name only (a model without weights)."""
+    files = getattr(model, "weight_files", None)
+    paths = [Path(p) for p in (files() if callable(files) else [])]
+    paths = [p for p in paths if p.is_file()]
+    if paths:
+        return {"weights": _combined(paths), "from": "files", "files": sorted(p.name for p in paths)}
+    module = getattr(model, "module", None)
+    if module is not None and hasattr(module, "state_dict"):
+        import torch
+
+        digest = hashlib.sha256()
+        for key, tensor in sorted(module.state_dict().items()):
+            digest.update(f"{key}\0{tuple(tensor.shape)}\0{tensor.dtype}\n".encode())
+            # raw bytes whatever the dtype (bfloat16 has no NumPy twin)
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        return {"weights": digest.hexdigest(), "from": "parameters"}
+    return {"weights": None, "from": "none"}
+
+
+def dataset_fingerprint(name: str, params: dict[str, Any], dataset: Any) -> dict[str, Any]:
+    """A dataset's identity: its files (for a path and any path-valued parameter) and the sample ids
+    the run reads; a registered dataset's own ``fingerprint()`` when it has one (built-in data is
+    versioned with shiftbench itself)."""
+    out: dict[str, Any] = {"name": name}
+    own = getattr(dataset, "fingerprint", None)
+    if callable(own):
+        out["own"] = own()
+    sources = {"root": name, **{k: v for k, v in params.items() if isinstance(v, (str, os.PathLike))}}
+    for key, value in sources.items():
+        try:
+            fp = path_fingerprint(value) if str(value) and Path(value).exists() else None
+        except OSError:
+            fp = None
+        if fp is not None:
+            out[key] = fp
+    ids = hashlib.sha256("\n".join(str(dataset.sample_id(i)) for i in range(len(dataset))).encode())
+    out["samples"] = len(dataset)
+    out["sample_ids"] = ids.hexdigest()
+    return out
+
+
+def run_identity(spec: Any, dataset: Any, models: dict[str, Any]) -> dict[str, Any]:
+    """Everything besides the spec text that decides a run's numbers."""
+    from .provenance import package_version
+
+    ids = None
+    if getattr(spec, "ids", None):
+        ids_path = Path(spec.ids)
+        ids = {"path": str(spec.ids), "sha256": file_sha256(ids_path)} if ids_path.is_file() else None
+    return {
+        "shiftbench": package_version("shiftbench"),
+        "dataset": dataset_fingerprint(spec.dataset, dict(spec.dataset_params), dataset),
+        "ids": ids,
+        "models": {label: model_fingerprint(model) for label, model in models.items()},
+    }
+
+
+def identity_key(identity: dict[str, Any]) -> str:
+    """A short digest of an identity (names a run started with ``new_run``)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:8] + "…" if len(text) > 12 else text
+
+
+def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two identities, one phrase per change (empty when they agree)."""
+    changes: list[str] = []
+    if old.get("shiftbench") != new.get("shiftbench"):
+        changes.append(f"shiftbench version changed ({old.get('shiftbench')} → {new.get('shiftbench')})")
+    old_models, new_models = old.get("models") or {}, new.get("models") or {}
+    for label in sorted(set(old_models) | set(new_models)):
+        a, b = (old_models.get(label) or {}).get("weights"), (new_models.get(label) or {}).get("weights")
+        if a != b:
+            changes.append(f"model {label!r} weights changed (sha256 {_short(a)} → {_short(b)})")
+    a_ids, b_ids = old.get("ids"), new.get("ids")
+    if (a_ids or {}).get("sha256") != (b_ids or {}).get("sha256"):
+        where = (b_ids or a_ids or {}).get("path", "ids")
+        changes.append(f"ids file {where!r} changed (sha256 {_short((a_ids or {}).get('sha256'))} → "
+                       f"{_short((b_ids or {}).get('sha256'))})")
+    a_data, b_data = old.get("dataset") or {}, new.get("dataset") or {}
+    if a_data != b_data:
+        parts = []
+        for key in sorted(set(a_data) | set(b_data)):
+            x, y = a_data.get(key), b_data.get(key)
+            if x == y or (key == "sample_ids" and a_data.get("samples") != b_data.get("samples")):
+                continue  # the sample count already says the ids changed
+            if isinstance(x, dict) and isinstance(y, dict) and "files" in x and "files" in y:
+                same_size = (x["files"], x["bytes"]) == (y["files"], y["bytes"])
+                parts.append(f"{key}: file sizes or times" if same_size else
+                             f"{key}: {x['files']} files/{x['bytes']} bytes → {y['files']} files/{y['bytes']} bytes")
+            elif key == "samples":
+                parts.append(f"{x} → {y} samples")
+            else:
+                parts.append(key)
+        changes.append(f"dataset {b_data.get('name', a_data.get('name'))!r} changed ({', '.join(parts)})")
+    known = {"shiftbench", "models", "ids", "dataset"}
+    for key in sorted((set(old) | set(new)) - known):
+        if old.get(key) != new.get(key):
+            changes.append(f"{key} changed")
+    return changes
