@@ -204,6 +204,8 @@ class _Runner:
             self._save_thumbnails(run_id, cond, grid)
 
     def _save_thumbnails(self, run_id: str, cond: _Condition, samples: list[Sample]) -> None:
+        from urllib.parse import quote
+
         import cv2
 
         for s in samples:
@@ -212,8 +214,13 @@ class _Runner:
             thumb = cv2.resize(s.image, (max(1, round(w * scale)), max(1, round(h * scale))),
                                interpolation=cv2.INTER_AREA)
             ok, png = cv2.imencode(".png", thumb[:, :, ::-1])
-            key = f"thumb/{cond.shift_name}/{_params_key(cond.params)}/{cond.severity}/{s.id}"
-            self.store.put_artifact(run_id, key, png.tobytes(), {"label": s.label, "class_name": s.class_name})
+            # params may hold "/" (a texture path, a hub id): the key quotes them, and the meta carries the
+            # condition itself, which is what the report reads
+            pk = _params_key(cond.params)
+            key = f"thumb/{cond.shift_name}/{quote(pk, safe='')}/{cond.severity}/{s.id}"
+            self.store.put_artifact(run_id, key, png.tobytes(), {
+                "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
+                "severity": cond.severity, "sample_id": str(s.id)})
 
     def _restore(self, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
         """Fresh metrics, or the cumulative state after the last saved batch when resuming."""
