@@ -33,11 +33,16 @@ THUMB = 96
 
 
 @dataclass
-class _Condition:
+class Condition:
+    """One planned condition of a run: a shift (``clean`` included) with its params and severity."""
+
     shift_name: str
     params: dict[str, Any]
     severity: int
     shift: Any
+
+
+_Condition = Condition  # the earlier private name, still used inside this module
 
 
 def evaluate(

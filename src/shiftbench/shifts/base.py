@@ -259,7 +259,8 @@ class TextShift(Shift):
         return super()._wrap(x, sample_id)
 
 
-def _text_of(x: Any, shift_name: str) -> str:
+def text_of(x: Any, shift_name: str) -> str:
+    """The text a text shift corrupts: a query's modification text or a sample's caption."""
     if isinstance(x, Query):
         return x.text
     if isinstance(x, Sample):
@@ -267,3 +268,6 @@ def _text_of(x: Any, shift_name: str) -> str:
             raise ShiftbenchError(f"text shift {shift_name!r}: sample {x.id} has no caption to corrupt")
         return x.caption
     raise ShiftbenchError(f"text shift {shift_name!r} cannot take {type(x).__name__}")
+
+
+_text_of = text_of  # the earlier private name, still used inside this module
