@@ -11,7 +11,7 @@ import shiftbench as sb
 import tiny_registry  # noqa: F401  (registers _test_tiny)
 from e2e import report_tables
 from shiftbench.engine.store import Store
-from shiftbench.registry import SHIFTS
+from shiftbench.registry import SHIFTS, Entry
 from shiftbench.shifts.base import ImageShift
 
 
@@ -33,13 +33,15 @@ class SourceTint(ImageShift):
         return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
-if "_test_source_tint" not in SHIFTS:
-    SHIFTS.add("_test_source_tint", SourceTint, description="test tint by source name", group="_testgroup")
 
 SOURCES = ["stabilityai/stable-diffusion-2-inpainting", "/data/textures/wood/oak 01.png", "100%/a%2Fb"]
 
 
-def test_report_with_slashes_in_shift_params(tmp_path):
+def test_report_with_slashes_in_shift_params(tmp_path, monkeypatch):
+    # registered for this test only, in a group of its own (other tests count the shifts of theirs)
+    SHIFTS.entries()  # load the built-in shifts first
+    monkeypatch.setitem(SHIFTS._entries, "_test_source_tint",
+                        Entry("_test_source_tint", SourceTint, "test tint by source name", {"group": "_test_tint"}))
     spec = {
         "dataset": "_test_tiny", "limit": 6, "batch_size": 6, "seed": 0, "metrics": ["top1"],
         "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
