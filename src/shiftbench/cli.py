@@ -56,13 +56,20 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
     """List registered shifts, models, datasets or metrics (PATTERN is a glob, e.g. '*blur*')."""
     from rich.table import Table
 
-    from .registry import DATASETS, METRICS, MODELS, SHIFTS
+    from .registry import DATASETS, METRICS, MODELS, SHIFTS, summary_line
 
     registries = {"shifts": SHIFTS, "models": MODELS, "datasets": DATASETS, "metrics": METRICS}
     kinds = KINDS if kind == "all" else (kind,)
+    found = {k: registries[k].entries(pattern) for k in kinds}
+    if pattern and not any(found.values()):  # a pattern that matches nothing is a mistake, not an empty table
+        if kind == "all":
+            raise ShiftbenchError(f"nothing matches {pattern!r} (shifts, models, datasets, metrics)")
+        raise ShiftbenchError(registries[kind].no_match_message(pattern))
     console = _console()
     for k in kinds:
-        entries = registries[k].entries(pattern)
+        entries = found[k]
+        if pattern and not entries:  # `list all PATTERN`: only the kinds it matches
+            continue
         if names:
             for e in entries:
                 click.echo(e.name)
@@ -73,7 +80,7 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
         table.add_column("description")
         for e in entries:
             details = _details(e.meta)
-            table.add_row(e.name, details, e.description)
+            table.add_row(e.name, details, summary_line(e.description))
         console.print(table)
 
 

