@@ -102,6 +102,7 @@ class _Runner:
             task = getattr(model, "task", None)
             if task not in _HANDLERS:
                 raise ShiftbenchError(f"model {m.name!r}: the runner does not evaluate {task!r} models yet")
+            self._metrics({m.label: model})  # a metric of another task is the first thing to say
             plan = plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}")
             self.plans[m.label] = plan
             models[m.label] = plan.model
