@@ -191,6 +191,7 @@ def test_plan_for_segmenters_and_detectors():
     det = type("Det", (), {"task": "detection", "name": "det", "label_space": LabelSpace.coco91()})()
     data = _Data(LabelSpace.from_coco_categories({1: "person", 18: "dog"}), annotations=("boxes",))
     plan = plan_labels(det, data)
+    assert plan.output_space is data.label_space  # detections are named from the dataset's categories
     out = plan.outputs([Detections(np.zeros((3, 4)), [0.9, 0.8, 0.7], [18, 17, 1])])[0]
     assert out.labels.tolist() == [18, 1] and out.scores.tolist() == pytest.approx([0.9, 0.7])  # cat (17) is not in the file
     det80 = type("Det", (), {"task": "detection", "name": "det", "label_space": LabelSpace.coco80()})()

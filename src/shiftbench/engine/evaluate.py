@@ -210,7 +210,7 @@ class _Runner:
         states = {name: encode_state(metrics[name].state_dict()) for name in metric_names}
         grid = samples[:GRID_SAMPLES] if b == 0 else []
         keep = samples if self.spec.log_samples else grid
-        predictions = [(s.id, handler.record(outputs, i, s, model)) for i, s in enumerate(keep)]
+        predictions = [(s.id, handler.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
         self.store.save_batch(cid, b, states, predictions=predictions or None)
         if grid:
             self._save_thumbnails(run_id, cond, shown[:GRID_SAMPLES])
@@ -267,7 +267,7 @@ class _Classification:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(logits: np.ndarray, i: int, s: Sample, model) -> dict[str, Any]:
+    def record(logits: np.ndarray, i: int, s: Sample, model, space=None) -> dict[str, Any]:
         z = logits[i].astype(np.float64)
         p = np.exp(z - z.max())
         p /= p.sum()
@@ -282,7 +282,7 @@ class _Segmentation:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[np.ndarray], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[np.ndarray], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         out = np.asarray(outputs[i])
         pred = out >= 0.5 if out.dtype.kind == "f" else out > 0  # probabilities or label maps
         record: dict[str, Any] = {"foreground_fraction": round(float(pred.mean()), 6)}
@@ -297,10 +297,12 @@ class _Detection:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[Any], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[Any], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         det = outputs[i]
         order = np.argsort(-det.scores, kind="stable")[:5]
-        names = model.label_space.class_names if model.label_space else None
+        # after the label plan, detections carry the dataset's labels: name them from that space
+        space = space or model.label_space
+        names = space.class_names if space else None
         return {"detections": len(det), "top": [
             {"box": [round(float(v), 2) for v in det.boxes[k]], "score": round(float(det.scores[k]), 4),
              "label": int(det.labels[k]), **({"name": names[int(det.labels[k])]} if names else {})}
@@ -311,7 +313,7 @@ class _Captioning:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[str], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[str], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         return {"caption": outputs[i], "reference": s.caption}
 
 

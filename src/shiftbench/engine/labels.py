@@ -55,6 +55,11 @@ class LabelPlan:
     task: str
     to_model: list[int] | None = None
     num_classes: int | None = None  # the model's space size (sizes miou's confusion matrix)
+    output_space: LabelSpace | None = None  # the space of the labels that ``outputs`` returns
+
+    def __post_init__(self) -> None:
+        if self.output_space is None:
+            self.output_space = getattr(self.model, "label_space", None)
 
     def targets(self, samples: Sequence[Sample]) -> list[Sample]:
         """The samples with their labels (classification) or masks (segmentation) in the model's space."""
@@ -168,4 +173,5 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
     identity = space.same_as(model_space) or (
         # a detector's extra classes must still be filtered out, so detection keeps the explicit map
         task != "detection" and mapping == [i if i in used else -1 for i in range(space.num_classes)])
-    return LabelPlan(model, task, None if identity else mapping, model_space.num_classes)
+    return LabelPlan(model, task, None if identity else mapping, model_space.num_classes,
+                     space if task == "detection" and not identity else model_space)
