@@ -108,18 +108,20 @@ def test_u2netp_foreground_iou_under_an_attribute_shift():
     assert all(0 <= v <= 1 for v in iou)
 
 
-def test_miou_without_num_classes_grows_to_the_labels_seen():
-    """The runner creates metrics by name: miou must then size itself from the labels (objects masks are bool)."""
+def test_miou_is_sized_by_the_label_space_not_by_the_labels_seen():
+    """The runner sizes miou from the model's label space: classes absent from this batch still have a row
+    (NaN IoU, out of the mean), and the result equals a confusion matrix of that size."""
     from shiftbench.metrics.segmentation import MeanIoU, confusion_matrix, iou_from_confusion
 
     rng = np.random.default_rng(0)
     preds = [rng.integers(0, 2, (6, 7)), rng.integers(0, 4, (6, 7))]
     tgts = [rng.integers(0, 3, (6, 7)).astype(np.int64), rng.random((6, 7)) > 0.5]
     m = MeanIoU()
+    m.use_num_classes(6)
     m.update(preds, tgts)
-    ref = sum(confusion_matrix(p, np.asarray(t).astype(int), 4) for p, t in zip(preds, tgts))
+    ref = sum(confusion_matrix(p, np.asarray(t).astype(int), 6) for p, t in zip(preds, tgts))
     assert m.compute()["miou"] == pytest.approx(np.nanmean(iou_from_confusion(ref)))
-    assert len(m.state()["per_class_iou"]) == 4
+    assert len(m.state()["per_class_iou"]) == 6 and m.state()["per_class_iou"][5] is None
 
 
 def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
@@ -133,7 +135,10 @@ def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
                                        patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2])
     transformers.SegformerForSemanticSegmentation(cfg).save_pretrained(tmp_path / "seg")
     transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(tmp_path / "seg")
+    # the objects masks are 0/1 silhouettes (label space "foreground"); the model's classes are named
+    # differently, so the spec maps them
     spec = {"dataset": "objects", "models": [f"hf:{tmp_path / 'seg'}"], "metrics": ["miou"], "limit": 2,
+            "label_map": {"background": "background", "foreground": "object"},
             "shifts": ["clean", {"name": "attribute_material", "params": {"material": "stone"}, "severities": [5]}]}
     rows = sb.evaluate(spec)
     assert {r["shift"] for r in rows} == {"clean", "attribute_material"}

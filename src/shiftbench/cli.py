@@ -42,9 +42,9 @@ class _EchoHandler(logging.Handler):
 def _log_to_stderr() -> None:
     logger = logging.getLogger("shiftbench")
     if not any(isinstance(h, _EchoHandler) for h in logger.handlers):
-        handler = _EchoHandler(logging.INFO)
+        handler = _EchoHandler(logging.WARNING)
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(logging.WARNING)
 
 
 # -- list ---------------------------------------------------------------------------------------

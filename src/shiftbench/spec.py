@@ -33,6 +33,8 @@ TOP_KEYS = {
     "log_samples": "store per-sample predictions (default false)",
     "ids": "path of a file with one sample id per line (e.g. from shiftbench curate)",
     "on_error": "what an unreadable image does: fail (default: stop before any work, naming every file) or skip",
+    "label_map": "dataset class -> model class (names, ids or indices): a mapping, or a file (YAML/JSON mapping, "
+                 "or one 'dataset_class<TAB>model_class' per line)",
     "quality": "image-quality metrics of the shifted images (Pascal-EA; run by python -m shiftbench.report.pascal_ea)",
 }
 SHIFT_KEYS = {"name", "severities", "severity", "params"}
@@ -79,6 +81,7 @@ class Spec:
     ids: str | None = None
     source: str | None = None
     on_error: str = "fail"
+    label_map: dict[str, str | int] | None = None
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -108,6 +111,9 @@ class Spec:
             "batch_size": self.batch_size,
             # skipping may score fewer samples: another run (absent for "fail", so older run ids stay valid)
             **({"on_error": self.on_error} if self.on_error != "fail" else {}),
+            # the map's content (not its file name) decides the numbers; absent when unset so older runs keep
+            # their identity
+            **({"label_map": dict(self.label_map)} if self.label_map else {}),
         }
 
 
@@ -200,16 +206,65 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     on_error = spec.get("on_error", "fail")
     if on_error not in ("fail", "skip"):
         raise SpecError(f"{_where(source, 'on_error')}: expected fail or skip, got {on_error!r}")
+    label_map = _parse_label_map(spec.get("label_map"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
+        label_map=label_map,
     )
     if check_names:
         _check_names(result, source)
     return result
+
+
+def _parse_label_map(value: Any, source: str | None) -> dict[str, str | int] | None:
+    """``label_map``: a mapping, or a file path (YAML/JSON mapping, or 'dataset_class<TAB>model_class' lines).
+
+    Keys are dataset classes (names or ids); values model classes (names, ids, or int output indices).
+    Whether each one exists is checked by the runner against the actual label spaces.
+    """
+    where = _where(source, "label_map")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        path = Path(value).expanduser()
+        if source and not path.is_absolute():
+            path = Path(source).parent / path
+        if not path.is_file():
+            raise SpecError(f"{where}: file {path} not found")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"{where}: cannot read {path} ({exc})") from None
+        if path.suffix.lower() in (".yaml", ".yml", ".json"):
+            value = _read_yaml(path)
+            where = f"{path}"
+        else:
+            value = {}
+            for n, line in enumerate(text.splitlines(), start=1):
+                if not line.strip() or line.lstrip().startswith("#"):
+                    continue
+                parts = line.rstrip("\r\n").split("\t")
+                if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+                    raise SpecError(f"{path}:{n}: expected 'dataset_class<TAB>model_class', got {line.strip()!r}")
+                key = parts[0].strip()
+                if key in value:
+                    raise SpecError(f"{path}:{n}: {key!r} is mapped twice")
+                value[key] = parts[1].strip()
+            where = str(path)
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{where}: expected a non-empty mapping of dataset classes to model classes, got {value!r}")
+    out: dict[str, str | int] = {}
+    for key, target in value.items():
+        if isinstance(key, bool) or not isinstance(key, (str, int)):
+            raise SpecError(f"{where}: key {key!r} must be a dataset class name or id")
+        if isinstance(target, bool) or not isinstance(target, (str, int)) or target == "":
+            raise SpecError(f"{where}: {key!r}: expected a model class name, id or index, got {target!r}")
+        out[str(key)] = target
+    return out
 
 
 def _read_yaml(path: Path) -> Any:

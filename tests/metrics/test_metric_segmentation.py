@@ -62,8 +62,14 @@ def test_foreground_iou_brute_force():
 
 
 def test_bad_inputs():
-    with pytest.raises(ShiftbenchError, match="predicted labels"):
+    with pytest.raises(ShiftbenchError, match="predicted label 7 is outside the label space of 3"):
         confusion_matrix(np.array([7]), np.array([0]), 3)
+    # a target value outside the space (an ADE mask scored in VOC's 21 classes) names the value; 255 is void
+    with pytest.raises(ShiftbenchError, match="target label 40 is outside .* \\(0..20 or 255\\)"):
+        confusion_matrix(np.array([0, 1, 2]), np.array([255, 40, 1]), 21)
+    assert confusion_matrix(np.array([0, 1]), np.array([255, 1]), 2).tolist() == [[0, 0], [0, 1]]
+    with pytest.raises(ShiftbenchError, match="needs the size of the label space"):
+        MeanIoU().update([np.zeros((2, 2), int)], [np.zeros((2, 2), int)])
     with pytest.raises(ShiftbenchError, match="shape"):
         foreground_iou(np.zeros((2, 2)), np.zeros((3, 2)))
     with pytest.raises(ShiftbenchError, match="label maps"):

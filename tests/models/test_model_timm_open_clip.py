@@ -42,7 +42,8 @@ def test_timm_data_config_becomes_declared_preprocessing():
     assert preprocess_from_data_config(dict(DATA_CONFIG, crop_mode="squash")).resize == "exact"
     with pytest.raises(ShiftbenchError, match="crop_mode"):
         preprocess_from_data_config(dict(DATA_CONFIG, crop_mode="border"))
-    assert label_space_from_config(1000, {}, "x").name == "imagenet1k"
+    assert label_space_from_config(1000, {"tag": "a1_in1k"}, "x").name == "imagenet1k"
+    assert label_space_from_config(1000, {}, "x").name == "x"  # a class count alone is not ImageNet
     assert label_space_from_config(2, {"label_names": ["a", "b"]}, "x").class_names == ("a", "b")
     assert label_space_from_config(5, {}, "x").num_classes == 5
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from ..labelspace import LabelSpace
 from ..sample import Sample
 
 
@@ -20,6 +21,10 @@ class Dataset:
     annotations: tuple[str, ...] = ()  # e.g. ("label", "mask", "boxes", "caption")
     num_classes: int | None = None
     class_names: list[str] | None = None
+    # what the labels mean (shiftbench.labelspace): class / box labels, and the values of class masks
+    # (None when the masks are instance maps or there are none)
+    label_space: LabelSpace | None = None
+    mask_space: LabelSpace | None = None
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -70,6 +75,8 @@ class Subset(Dataset):
         self.annotations = base.annotations
         self.num_classes = base.num_classes
         self.class_names = base.class_names
+        self.label_space = base.label_space
+        self.mask_space = base.mask_space
 
     def __len__(self) -> int:
         return len(self.indices)

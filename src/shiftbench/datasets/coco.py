@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, load_image
 from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
@@ -268,6 +269,8 @@ class CocoInstances(ReaderDataset):
         max_id = max(self.categories, default=-1)
         self.num_classes = max_id + 1 if self.categories else None
         self.class_names = [self.categories.get(i, "") for i in range(max_id + 1)] if self.categories else None
+        # box labels are category ids: slot = category id (COCO's own ids when the categories are COCO's)
+        self.label_space = LabelSpace.from_coco_categories(self.categories) if self.categories else None
         per_image: dict[int, list[dict[str, Any]]] = {}
         for ann in data["annotations"]:
             bbox = ann.get("bbox") if isinstance(ann, dict) else None

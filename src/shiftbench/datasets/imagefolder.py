@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ShiftbenchError
+from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, load_image
 from .common import IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
@@ -48,10 +49,14 @@ class ImageFolder(ReaderDataset):
             self.num_classes = NUM_CLASSES
             self.class_names = imagenet_class_names()
             self._label = {f: known[f] for f in folders}
+            self.label_space = LabelSpace.imagenet1k()
         else:
             self.num_classes = len(folders)
             self.class_names = list(folders)
             self._label = {f: i for i, f in enumerate(folders)}
+            # the folder names are the classes, whatever their count: 1,000 folders named cls_0000..
+            # are not ImageNet (only wnid folders are)
+            self.label_space = LabelSpace.custom(folders, name=f"folders:{self.root.name}")
         self.label_source = "imagenet" if use_imagenet else "folders"
         files: list[str] = []
         for folder in folders:

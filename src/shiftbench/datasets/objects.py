@@ -34,6 +34,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, to_rgb_uint8
 from .base import Dataset
@@ -456,6 +457,8 @@ class ObjectsDataset(Dataset):
         self.flip = bool(flip)
         self._scene_order = [self.scene_list[i] for i in np.random.default_rng([self.seed, 0x5CE4E]).permutation(n_scenes)]
         self.class_names = imagenet_class_names()
+        self.label_space = LabelSpace.imagenet1k()
+        self.mask_space = LabelSpace.foreground()  # the masks are the object's silhouette, 0/1
         self.description = (f"objects: {len(self.object_list)} objects x {self.scenes_per_object} of "
                             f"{n_scenes} scenes, {self.canvas[0]}x{self.canvas[1]}, seed {self.seed}")
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ImageError, ShiftbenchError
+from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, load_image, to_rgb_uint8
 from .base import Dataset
@@ -79,6 +80,7 @@ class ImageNetPhotos(Dataset):
                 raise ShiftbenchError(f"imagenet-photos: {name} has label {label}, not an ImageNet-1k index")
         self._entries = entries
         self.class_names = class_names()
+        self.label_space = LabelSpace.imagenet1k()
         self.description = f"{len(entries)} ImageNet photos from {self.root}"
 
     def __len__(self) -> int:

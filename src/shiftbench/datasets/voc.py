@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError, ShiftbenchError
+from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, load_image
 from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
@@ -71,6 +72,8 @@ class VocSegmentation(ReaderDataset):
     annotations = ("mask", "boxes", "box_labels")
     num_classes = len(VOC_CLASSES)
     class_names = list(VOC_CLASSES)
+    label_space = LabelSpace.voc21()  # box labels and mask values alike: 0 background, 1..20, 255 void
+    mask_space = LabelSpace.voc21()
 
     def __init__(self, root: Any = None, split: str = "val", on_error: str = "fail", verify: str = "header"):
         root = check_root(root, "voc")

@@ -27,21 +27,20 @@ def curate(
 ) -> dict[str, Any]:
     """Ids of the samples that every model gets right (top-1) and that pass the mask filter."""
     from ..datasets import load
-    from ..models.base import check_label_space
-    from .evaluate import _dataset_space
+    from .labels import plan_labels
 
     if not models:
         raise ShiftbenchError("curate needs at least one model")
     data = load(dataset, limit=limit)
-    space = _dataset_space(data)
     nets = []
+    plans = []
     for name in models:
         model = MODELS.create(name)
         if getattr(model, "task", None) != "classification":
             raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
-        if space is not None:
-            check_label_space(model, space, dataset_name=f"dataset {dataset!r}")
-        nets.append(model)
+        plan = plan_labels(model, data, dataset_name=f"dataset {dataset!r}")  # refuses before any work
+        plans.append(plan)
+        nets.append(plan.model)
     kept: list[str] = []
     dropped = {"wrong": 0, "mask": 0, "unlabelled": 0}
     for start in range(0, len(data), batch_size):
@@ -50,9 +49,11 @@ def curate(
         labels = np.array([-1 if s.label is None else s.label for s in samples])
         dropped["unlabelled"] += int((labels < 0).sum())
         ok &= labels >= 0
-        for model in nets:
+        for model, plan in zip(nets, plans):
             pred = model.predict_logits([s.image for s in samples]).argmax(axis=1)
-            wrong = ok & (pred != labels)
+            # the dataset's labels in this model's output space (identity unless the plan maps them)
+            mapped = np.array([-1 if s.label is None else s.label for s in plan.targets(samples)])
+            wrong = ok & (pred != mapped)
             dropped["wrong"] += int(wrong.sum())
             ok &= ~wrong
         if min_mask_fraction is not None:

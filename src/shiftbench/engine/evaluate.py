@@ -163,23 +163,31 @@ class _Runner:
         return dataset
 
     def _models(self, dataset) -> dict[str, Any]:
-        from ..models.base import check_label_space
+        """Every model, checked against the dataset's label space before any work (engine/labels.py):
+        the plan maps labels where that is exact, and a zero-shot model runs as a copy set to the
+        dataset's classes, so an object the caller passed in is never changed."""
+        from .labels import plan_labels
 
         models = {}
+        self.plans = {}
         for m in self.spec.models:
             model = self.given_models.get(m.label) or MODELS.create(m.name, **m.params)
             task = getattr(model, "task", None)
             if task not in _HANDLERS:
                 raise ShiftbenchError(f"model {m.name!r}: the runner does not evaluate {task!r} models yet")
-            if task == "classification" and getattr(model, "kind", "") == "zero_shot_classifier":
-                if getattr(model, "_class_features", None) is None and dataset.class_names:
-                    model.set_classes(dataset.class_names)
-            if task == "classification":
-                space = _dataset_space(dataset)
-                if space is not None:
-                    check_label_space(model, space, dataset_name=f"dataset {self.spec.dataset!r}")
-            models[m.label] = model
+            self._metrics({m.label: model})  # a metric of another task is the first thing to say
+            plan = plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}")
+            self.plans[m.label] = plan
+            models[m.label] = plan.model
         return models
+
+    def _metric(self, name: str, model_label: str) -> Any:
+        """A metric by name, sized to the model's label space where it needs one (miou's confusion matrix)."""
+        metric = METRICS.create(name)
+        plan = self.plans.get(model_label)
+        if plan is not None and plan.num_classes is not None and hasattr(metric, "use_num_classes"):
+            metric.use_num_classes(plan.num_classes)
+        return metric
 
     def _metrics(self, models: dict[str, Any]) -> dict[str, list[str]]:
         from ..metrics.base import check_task
@@ -188,7 +196,7 @@ class _Runner:
         for name, model in models.items():
             names = []
             for metric_name in self.spec.metrics:
-                metric = METRICS.create(metric_name)
+                metric = self._metric(metric_name, name)
                 try:
                     check_task(metric, model)
                 except ShiftbenchError as exc:
@@ -251,7 +259,7 @@ class _Runner:
                 pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
                 if not pending:
                     continue
-                restored = {m: self._restore(metrics[m], cid) for m, cid in pending.items()}
+                restored = {m: self._restore(m, metrics[m], cid) for m, cid in pending.items()}
                 live = {m: r[0] for m, r in restored.items()}
                 saved = {m: r[1] for m, r in restored.items()}
                 batches = [b for b in range(n_batches) if any(b not in saved[m] for m in pending)]
@@ -265,7 +273,7 @@ class _Runner:
                     for m, cid in pending.items():
                         if b in saved[m]:
                             continue
-                        self._run_batch(models[m], metrics[m], cid, b, samples, cond, run_id, live[m])
+                        self._run_batch(m, models[m], metrics[m], cid, b, samples, cond, run_id, live[m])
                         bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
                         if self.on_batch:
                             self.on_batch(m, b)
@@ -293,20 +301,24 @@ class _Runner:
         params = [cond.shift.draw(s, cond.severity, self.spec.seed) for s in samples]
         return list(cond.shift.apply_batch(samples, params))
 
-    def _run_batch(self, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
+    def _run_batch(self, label: str, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
                    cond: Condition, run_id: str, metrics: dict[str, Any]) -> None:
         """Predict one batch, fold it into the model's metrics and save their cumulative state."""
         handler = _HANDLERS[model.task]
-        outputs = _predict_with_backoff(handler.predict, model, samples)
+        plan = self.plans[label]
+        # the thumbnails keep the dataset's own labels; metrics and records see both sides in one space
+        outputs = plan.outputs(_predict_with_backoff(handler.predict, model, samples))
+        shown = samples
+        samples = plan.targets(samples)
         for name in metric_names:
             metrics[name].update_from_samples(outputs, samples)
         states = {name: encode_state(metrics[name].state_dict()) for name in metric_names}
         grid = samples[:GRID_SAMPLES] if b == 0 else []
         keep = samples if self.spec.log_samples else grid
-        predictions = [(s.id, handler.record(outputs, i, s, model)) for i, s in enumerate(keep)]
+        predictions = [(s.id, handler.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
         self.store.save_batch(cid, b, states, predictions=predictions or None)
         if grid:
-            self._save_thumbnails(run_id, cond, grid)
+            self._save_thumbnails(run_id, cond, shown[:GRID_SAMPLES])
 
     def _save_thumbnails(self, run_id: str, cond: Condition, samples: list[Sample]) -> None:
         from urllib.parse import quote
@@ -327,9 +339,9 @@ class _Runner:
                 "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
                 "severity": cond.severity, "sample_id": str(s.id)})
 
-    def _restore(self, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
+    def _restore(self, model_label: str, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
         """Fresh metrics, or the cumulative state after the last saved batch when resuming."""
-        metrics = {name: METRICS.create(name) for name in metric_names}
+        metrics = {name: self._metric(name, model_label) for name in metric_names}
         saved = self.store.batches(cid)
         if saved:
             last = max(saved)
@@ -369,7 +381,7 @@ class _Classification:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(logits: np.ndarray, i: int, s: Sample, model) -> dict[str, Any]:
+    def record(logits: np.ndarray, i: int, s: Sample, model, space=None) -> dict[str, Any]:
         z = logits[i].astype(np.float64)
         p = np.exp(z - z.max())
         p /= p.sum()
@@ -384,7 +396,7 @@ class _Segmentation:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[np.ndarray], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[np.ndarray], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         out = np.asarray(outputs[i])
         pred = out >= 0.5 if out.dtype.kind == "f" else out > 0  # probabilities or label maps
         record: dict[str, Any] = {"foreground_fraction": round(float(pred.mean()), 6)}
@@ -399,10 +411,12 @@ class _Detection:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[Any], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[Any], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         det = outputs[i]
         order = np.argsort(-det.scores, kind="stable")[:5]
-        names = model.label_space.class_names if model.label_space else None
+        # after the label plan, detections carry the dataset's labels: name them from that space
+        space = space or model.label_space
+        names = space.class_names if space else None
         return {"detections": len(det), "top": [
             {"box": [round(float(v), 2) for v in det.boxes[k]], "score": round(float(det.scores[k]), 4),
              "label": int(det.labels[k]), **({"name": names[int(det.labels[k])]} if names else {})}
@@ -413,7 +427,7 @@ class _Captioning:
     predict = staticmethod(_predict)
 
     @staticmethod
-    def record(outputs: list[str], i: int, s: Sample, model) -> dict[str, Any]:
+    def record(outputs: list[str], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         return {"caption": outputs[i], "reference": s.caption}
 
 
@@ -514,16 +528,6 @@ def _params_key(params: dict[str, Any]) -> str:
     from .store import canonical_json
 
     return canonical_json(params or {})
-
-
-def _dataset_space(dataset) -> Any:
-    names = getattr(dataset, "class_names", None)
-    space = getattr(dataset, "label_space", None)
-    if space is not None:
-        return space
-    if getattr(dataset, "num_classes", None) == 1000:
-        return "imagenet1k"
-    return list(names) if names else None
 
 
 def _select_ids(dataset, path: Path):

@@ -22,7 +22,8 @@ __all__ = ["confusion_matrix", "iou_from_confusion", "mean_iou", "foreground_iou
 def confusion_matrix(prediction: Any, target: Any, num_classes: int, ignore_index: int | None = 255) -> np.ndarray:
     """int64 (C, C) counts: rows = target class, columns = predicted class; ``ignore_index`` pixels skipped.
 
-    Predictions outside 0..C-1 are an error (a model/dataset label-space mismatch).
+    Labels outside 0..C-1 (other than ``ignore_index``) are an error naming the value: a mask or model
+    from another label space would otherwise give a number instead of a mismatch.
     """
     prediction = np.asarray(prediction)
     target = np.asarray(target)
@@ -32,10 +33,12 @@ def confusion_matrix(prediction: Any, target: Any, num_classes: int, ignore_inde
     p = prediction.reshape(-1).astype(np.int64)
     keep = t != ignore_index if ignore_index is not None else np.ones_like(t, dtype=bool)
     t, p = t[keep], p[keep]
-    if t.size and (t.min() < 0 or t.max() >= num_classes):
-        raise ShiftbenchError(f"target labels must lie in 0..{num_classes - 1} (or {ignore_index}), got {t.min()}..{t.max()}")
-    if p.size and (p.min() < 0 or p.max() >= num_classes):
-        raise ShiftbenchError(f"predicted labels must lie in 0..{num_classes - 1}, got {p.min()}..{p.max()}")
+    for kind, values in (("target", t), ("predicted", p)):
+        bad = values[(values < 0) | (values >= num_classes)]
+        if bad.size:
+            allowed = f"0..{num_classes - 1}" + (f" or {ignore_index}" if kind == "target" and ignore_index is not None else "")
+            raise ShiftbenchError(f"{kind} label {int(bad[0])} is outside the label space of {num_classes} classes "
+                                  f"({allowed})")
     return np.bincount(t * num_classes + p, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
 
 
@@ -76,7 +79,9 @@ def _binary(mask: Any, threshold: float) -> np.ndarray:
 class MeanIoU(Metric):
     """Mean IoU from a confusion matrix accumulated over all pixels of all images (Pascal VOC / ADE style).
 
-    ``compute`` gives ``miou``; ``state()`` the per-class IoU and the confusion matrix.
+    The confusion matrix is sized by the label space (``num_classes``, or ``use_num_classes`` which the
+    runner calls with the model's space), never by the labels that happen to occur: a value outside the
+    space is an error. ``compute`` gives ``miou``; ``state()`` the per-class IoU and the confusion matrix.
     """
 
     name = "miou"
@@ -92,6 +97,13 @@ class MeanIoU(Metric):
         self.n = 0
         self._cm = None if self.num_classes is None else np.zeros((self.num_classes, self.num_classes), np.int64)
 
+    def use_num_classes(self, num_classes: int) -> None:
+        """Size the confusion matrix for a label space of ``num_classes`` slots (clears any state)."""
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ShiftbenchError(f"miou: num_classes must be a positive int, got {num_classes!r}")
+        self.num_classes = num_classes
+        self.reset()
+
     def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
         if len(predictions) != len(targets):
             raise ShiftbenchError(f"miou: {len(predictions)} predictions for {len(targets)} targets")
@@ -99,18 +111,10 @@ class MeanIoU(Metric):
             pred = np.asarray(pred)
             if pred.dtype.kind == "f":
                 raise ShiftbenchError("miou takes integer label maps; use Segmenter.predict_masks, not scores")
-            if self.num_classes is None:
-                # created without num_classes (the runner creates metrics by name): grow the confusion
-                # matrix to the largest label seen; absent classes stay NaN and drop out of the mean
-                t = np.asarray(tgt).astype(np.int64)
-                if self.ignore_index is not None:
-                    t = t[t != self.ignore_index]
-                k = int(max(pred.max(initial=0), t.max(initial=0))) + 1
-                if self._cm is None:
-                    self._cm = np.zeros((k, k), np.int64)
-                elif k > self._cm.shape[0]:
-                    self._cm = np.pad(self._cm, ((0, k - self._cm.shape[0]),) * 2)
-            self._cm += confusion_matrix(pred, tgt, self._cm.shape[0], self.ignore_index)
+            if self._cm is None:
+                raise ShiftbenchError("miou needs the size of the label space: MeanIoU(num_classes=...) "
+                                      "(the runner sets it from the model's label space)")
+            self._cm += confusion_matrix(pred, np.asarray(tgt).astype(np.int64), self._cm.shape[0], self.ignore_index)
             self.n += 1
 
     def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:

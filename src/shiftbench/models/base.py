@@ -8,8 +8,8 @@ How the runner uses a model (the whole contract; nothing here imports torch)
 - ``task``: ``"classification"``, ``"segmentation"``, ``"detection"`` or ``"captioning"``;
   ``model.kind`` adds the finer protocol name (``"classifier"``, ``"zero_shot_classifier"``, ...).
 - ``name``: the registered name it was created under (``"efficientnet_lite0"``, ``"hf:./clip"``).
-- ``label_space``: a :class:`LabelSpace` (``name``, ``num_classes``, ``class_names``) or ``None`` for
-  captioners. Class-agnostic segmenters have the two-class space ``"foreground"`` (background, foreground).
+- ``label_space``: a :class:`~shiftbench.labelspace.LabelSpace` (``name``, ``class_names``, ``ids``,
+  ``id_kind``, ``num_classes``) or ``None`` for captioners. Class-agnostic segmenters have the two-class space ``"foreground"`` (background, foreground).
 - ``preprocess``: a :class:`Preprocess` declaring the input size, resize/crop rule, mean/std, colour
   order and value range, read from the model's own config. ``preprocess.to_dict()`` is JSON for the store.
 - ``device`` / ``dtype``: strings, ``"cpu"`` / ``"float32"`` unless the caller chose otherwise.
@@ -56,6 +56,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..labelspace import LabelSpace, map_spaces
 from ..sample import to_rgb_uint8
 
 __all__ = [
@@ -67,56 +68,7 @@ __all__ = [
 TASKS = ("classification", "segmentation", "detection", "captioning")
 
 
-# -- label spaces -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LabelSpace:
-    """The classes a model predicts over, in output order. ``name`` identifies the space across models
-    (``"imagenet1k"``), so two models or a model and a dataset can be checked for agreement."""
-
-    name: str
-    class_names: tuple[str, ...]
-    ids: tuple[str, ...] | None = None  # stable identifiers (ImageNet wnids), when known
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "class_names", tuple(str(c) for c in self.class_names))
-        if self.ids is not None:
-            object.__setattr__(self, "ids", tuple(str(i) for i in self.ids))
-            if len(self.ids) != len(self.class_names):
-                raise ValueError(f"label space {self.name!r}: {len(self.ids)} ids for {len(self.class_names)} names")
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    def index(self, class_name: str) -> int:
-        """Position of a class name (or id) in the output; ShiftbenchError if absent."""
-        for table in (self.class_names, self.ids or ()):
-            if class_name in table:
-                return table.index(class_name)
-        raise ShiftbenchError(f"class {class_name!r} is not in label space {self.name!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "num_classes": self.num_classes}
-
-    @classmethod
-    def imagenet1k(cls) -> "LabelSpace":
-        """The 1,000 ImageNet-1k classes in the standard (sorted wnid) order, CLIP-style names."""
-        from .labels import imagenet_classes
-
-        table = imagenet_classes()
-        return cls("imagenet1k", tuple(r.name for r in table), tuple(r.wnid for r in table))
-
-    @classmethod
-    def foreground(cls) -> "LabelSpace":
-        """Class-agnostic masks: 0 background, 1 foreground (salient object)."""
-        return cls("foreground", ("background", "foreground"))
-
-    @classmethod
-    def numbered(cls, name: str, num_classes: int) -> "LabelSpace":
-        """A space known only by its size (a model config without label names)."""
-        return cls(name, tuple(f"class_{i}" for i in range(num_classes)))
-
-
+# -- label spaces: defined in shiftbench.labelspace (torch-free), re-exported here ------------------------
 # -- preprocessing ----------------------------------------------------------------------------------
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
 
@@ -293,35 +245,31 @@ def check_outputs(
 
 
 def check_label_space(model: Any, dataset_space: Any, dataset_name: str = "dataset") -> None:
-    """Raise ShiftbenchError unless the model predicts over the dataset's classes, in the same order.
+    """Raise ShiftbenchError unless every class of the dataset maps exactly onto a class the model predicts.
 
-    ``dataset_space`` is a :class:`LabelSpace`, a label-space name (``"imagenet1k"``), or a sequence of
-    class names. Zero-shot classifiers are configured with the dataset's names first (``set_classes``).
-    Class-agnostic segmenters and captioners accept any dataset.
+    ``dataset_space`` is a :class:`LabelSpace`, a built-in space name (``"imagenet1k"``, ``"voc21"``), or a
+    sequence of class names. Exact means: the same space, shared identifiers (wnids, COCO category ids)
+    or the same unique names (see :func:`shiftbench.labelspace.map_spaces`); never a class count.
+    Class-agnostic segmenters and captioners accept any dataset. The runner's fuller check, which also
+    configures zero-shot classifiers and applies ``label_map``, is ``shiftbench.engine.labels.plan_labels``.
     """
+    from ..labelspace import builtin_spaces
+
     space = getattr(model, "label_space", None)
     name = getattr(model, "name", type(model).__name__)
     if space is None or getattr(model, "class_agnostic", False):
         return
-    if isinstance(dataset_space, LabelSpace):
-        if dataset_space.name == space.name and dataset_space.num_classes == space.num_classes:
-            return
-        wanted_names: Sequence[str] = dataset_space.class_names
-        wanted_label = dataset_space.name
-    elif isinstance(dataset_space, str):
-        if dataset_space == space.name:
-            return
+    if isinstance(dataset_space, str):
+        known = builtin_spaces()
+        if dataset_space not in known:
+            raise ShiftbenchError(f"unknown label space {dataset_space!r}; built-in: {', '.join(known)}")
+        dataset_space = known[dataset_space]
+    elif not isinstance(dataset_space, LabelSpace):
+        dataset_space = LabelSpace.custom([str(c) for c in dataset_space])
+    if map_spaces(dataset_space, space) is None:
         raise ShiftbenchError(
-            f"model {name!r} predicts label space {space.name!r} ({space.num_classes} classes) but "
-            f"{dataset_name} uses {dataset_space!r}"
-        )
-    else:
-        wanted_names = [str(c) for c in dataset_space]
-        wanted_label = f"{len(wanted_names)} classes"
-    if tuple(wanted_names) != tuple(space.class_names):
-        raise ShiftbenchError(
-            f"model {name!r} predicts label space {space.name!r} ({space.num_classes} classes) but "
-            f"{dataset_name} uses {wanted_label}; map the labels or pick a model for this label space"
+            f"model {name!r} predicts label space {space.describe()} but {dataset_name} uses "
+            f"{dataset_space.describe()}; map the labels (label_map: in the spec) or pick a model for this label space"
         )
 
 
@@ -394,7 +342,7 @@ class ZeroShotClassifier(Classifier):
             space = class_names
         else:
             names = [str(c) for c in class_names]
-            space = LabelSpace(space_name or f"custom{len(names)}", tuple(names))
+            space = LabelSpace(space_name or "custom", tuple(names))
         if space.num_classes == 0:
             raise ShiftbenchError(f"model {self.name!r}: set_classes needs at least one class name")
         templates = tuple(templates) if templates is not None else tuple(self.templates)

@@ -98,14 +98,15 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
 
 
 def _label_space(config: Any, fallback_name: str) -> LabelSpace:
+    """The space of a config's ``id2label``: a built-in one when the names are its names slot by slot
+    (COCO's 91 slots with "N/A" gaps, ImageNet's lemma lists, ADE-150, ...), else a custom space."""
+    from ..labelspace import recognize
+
     id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
     if not id2label:
         return LabelSpace.numbered(fallback_name, int(getattr(config, "num_labels", 0)))
     n = max(id2label) + 1
-    names = tuple(id2label.get(i, "N/A") for i in range(n))
-    if n == 1000 and names[0].lower().startswith("tench"):
-        return LabelSpace.imagenet1k()  # the standard ImageNet-1k head, whatever the label spelling
-    return LabelSpace(fallback_name, names)
+    return recognize([id2label.get(i, "N/A") for i in range(n)], fallback_name)
 
 
 class _HFBase:

@@ -34,12 +34,17 @@ def preprocess_from_data_config(config: Mapping[str, Any]) -> Preprocess:
 
 
 def label_space_from_config(num_classes: int, pretrained_cfg: Mapping[str, Any] | None, name: str) -> LabelSpace:
-    """ImageNet-1k for 1,000-way heads, the config's ``label_names`` when present, else numbered classes."""
+    """The config's ``label_names`` (a built-in space when they are its names); ImageNet-1k when the
+    pretrained tag says the head was trained on it (``*in1k``, ``label_type: imagenet-1k``); else
+    numbered classes that only a ``label_map`` can tie to a dataset. Never decided by the class count alone."""
+    from ..labelspace import recognize
+
     cfg = dict(pretrained_cfg or {})
     names = cfg.get("label_names")
     if names and len(names) == num_classes:
-        return LabelSpace(str(cfg.get("label_space", name)), tuple(names))
-    if num_classes == 1000:
+        return recognize([str(n) for n in names], str(cfg.get("label_space", name)))
+    tag = str(cfg.get("tag") or "")
+    if num_classes == 1000 and (tag.endswith("in1k") or cfg.get("label_type") in ("imagenet", "imagenet-1k")):
         return LabelSpace.imagenet1k()
     return LabelSpace.numbered(name, num_classes)
 
