@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,6 +15,8 @@ from shiftbench import Sample
 from shiftbench.errors import ShiftbenchError
 from shiftbench.metrics import check_task
 
+SRC = Path(__file__).resolve().parents[2] / "src"
+
 
 def test_registered_metrics_declare_task_and_direction():
     expected = {"top1": True, "top5": True, "ece": False, "miou": True, "foreground_iou": True,
@@ -17,7 +24,11 @@ def test_registered_metrics_declare_task_and_direction():
     assert set(expected) <= set(sb.list_metrics())
     for name, higher in expected.items():
         assert sb.METRICS.entry(name).meta["higher_is_better"] is higher
-    assert sb.METRICS.entry("text_similarity").lazy  # listing does not load sentence-transformers
+    # listing (in a fresh process: this one may have used the metric already) loads no sentence encoder
+    code = ("import sys, shiftbench as sb; sb.list_metrics(); sb.METRICS.entry('text_similarity').meta;"
+            "bad = [m for m in ('sentence_transformers', 'torch', 'transformers') if m in sys.modules];"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(SRC)})
 
 
 def test_check_task():
