@@ -17,7 +17,18 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def blip2(tmp_path_factory):
-    return tiny_hub.save_tiny_blip2(tmp_path_factory.mktemp("hub") / "blip2")
+    import torch
+    import transformers
+
+    folder = tiny_hub.save_tiny_blip2(tmp_path_factory.mktemp("hub") / "blip2")
+    # a random decoder tends to emit special tokens, which decode to "": zero their output rows so that
+    # greedy decoding picks words, as a trained captioner does
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    model = transformers.Blip2ForConditionalGeneration.from_pretrained(folder)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[sorted(set(tok.all_special_ids))] = 0.0
+    model.save_pretrained(folder)
+    return folder
 
 
 def _spec(folder) -> dict:
@@ -51,4 +62,8 @@ def test_captioner_through_runner_store_and_report(blip2, tmp_path, one_thread):
     clean_row = next(row for row in results if row[0] == "clean")
     assert clean_row[1] == f"{100 * clean['value']:.1f}"  # shown in percent
     assert images, "the report shows sample grids"
+    grid = next(t for t in tables if t[0][0] == "sample")
+    captions = {p["sample_id"]: p["prediction"]["caption"] for p in preds}
+    for row in grid[1:]:  # each grid sample shows its clean caption, with no right/wrong mark
+        assert captions[row[0]].strip() and row[1].endswith(f": {captions[row[0]]}") and "✓" not in row[1]
     assert np.isfinite([r["value"] for r in resumed]).all()

@@ -184,6 +184,8 @@ def test_detection_killed_and_resumed_then_reported(coco_root, tmp_path):
     values = {r["shift"]: r["value"] for r in resumed if r["metric"] == "box_ap"}
     clean_row = next(row for row in ap if row[0] == "clean")
     assert clean_row[1] == f"{100 * values['clean']:.1f}" and clean_row[-1] == clean_row[1]  # mean of one model
+    grid = next(t for t in tables if t[0][0] == "sample")  # the sample grid names the detections
+    assert any("boxes" in cell for row in grid[1:] for cell in row), grid
 
 
 def _tables_by_metric(tables: list[list[list[str]]], html: str) -> dict[str, list[list[str]]]:

@@ -338,12 +338,22 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> l
                                       "wrong": not pred.get("correct", True)})
                     elif "iou" in pred:
                         items.append({"model": p["model"], "text": f"IoU {pred['iou']:.2f}", "wrong": pred["iou"] < 0.5})
+                    elif "caption" in pred:  # captioners: the caption itself (the grid wraps and escapes it)
+                        items.append({"model": p["model"], "text": _shorten(str(pred["caption"]), 80), "wrong": None})
+                    elif "detections" in pred:  # detectors: the count and the two best boxes' classes
+                        best = ", ".join(f"{d.get('name', d['label'])} {d['score']:.2f}" for d in pred["top"][:2])
+                        items.append({"model": p["model"], "text": f"{pred['detections']} boxes" + (f": {best}" if best else ""),
+                                      "wrong": None})
                 cells.append({"src": "data:image/png;base64," + base64.b64encode(t["data"]).decode("ascii"),
                               "truth": meta.get("class_name") or "", "preds": items})
             grid_rows.append({"sample": sid, "cells": cells})
         grids.append({"columns": [condition_label(s, json.loads(pk)) + ("" if s == CLEAN else f" s{sev}")
                                   for s, pk, sev in cols], "rows": grid_rows})
     return grids
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 def _thumb_condition(thumb: dict[str, Any]) -> tuple[str, str, int, str]:
