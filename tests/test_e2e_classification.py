@@ -49,6 +49,12 @@ def _check_report(tmp_path, rows):
     cells = {c for t in tables for row in t for c in row}
     for model in {r["model"] for r in rows}:
         assert model in html
+        assert f"weights of {model}" in html  # provenance: what decided the numbers
+    if any(r["model"] == "efficientnet_lite0" for r in rows):  # its shipped state dict, hashed
+        from shiftbench.engine.identity import model_fingerprint
+
+        digest = model_fingerprint(sb.create_model("efficientnet_lite0"))["weights"]
+        assert f"sha256 {digest[:16]}… (of its files)" in html
     for r in rows:
         if r["shift"] == "clean" and r["metric"] == "top1":
             # the report prints percentages or fractions; one of them holds the stored value

@@ -145,6 +145,12 @@ def test_evaluate_skips_with_one_log_line_and_a_store_record(tmp_path, how):
     assert reference.returncode == 0, reference.stderr
     key = lambda r: (r["shift"], r["severity"], r["metric"])  # noqa: E731
     assert {key(r): r["value"] for r in rows} == {key(r): r["value"] for r in json.loads((tmp_path / "c.json").read_text())}
+    # the report's provenance names the skipped files and the weights that decided the numbers
+    report = cli("report", "--store", str(db), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "skipped files" in html and all(name in html for name in BAD)
+    assert "weights of dummy_classifier" in html and "6 samples; files 9, fingerprint" in html
 
 
 # -- generate through the CLI ----------------------------------------------------------------------

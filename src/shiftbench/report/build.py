@@ -42,6 +42,8 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
             if not rows:
                 raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
             quality = db.artifacts(run["run_id"], "quality/rows.json")
+            skipped = db.artifacts(run["run_id"], "skipped.json")
+            run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else []}
             loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
                            json.loads(quality[0]["data"]) if quality else []))
     finally:
@@ -62,7 +64,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         grids = _grids(thumbs, predictions)
         sections.append({"run": run, "rows": rows, "tables": tables, "figures": figures, "grids": grids,
                          "summaries": summaries, "spec_yaml": _yaml(run["spec"]),
-                         "datasets": sorted({r["dataset"] for r in rows}), **_times(run)})
+                         "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
     html = _render(sections)
     path = out / "report.html"
     tmp = path.with_name("report.html.part")
@@ -80,6 +82,35 @@ def _yaml(spec: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(spec, sort_keys=False)
+
+
+def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """Provenance lines for what decided the numbers besides the spec: each model's weights, the
+    dataset's fingerprint, the ids file, and the files a reader skipped (on_error: skip)."""
+    identity = run.get("identity") or {}
+    lines = []
+    for name, model in sorted((identity.get("models") or {}).items()):
+        digest = model.get("weights")
+        if digest:
+            text = f"sha256 {digest[:16]}… (" + ("of its files" if model.get("from") == "files" else "of its parameters") + ")"
+        else:
+            text = "none (a model without weights)" if model.get("from") == "none" else "not recorded"
+        lines.append((f"weights of {name}", text))
+    data = identity.get("dataset") or {}
+    if data:
+        fingerprint = next((v for v in data.values() if isinstance(v, dict) and "sha256" in v), None)
+        text = f"{data.get('samples', '?')} samples"
+        if fingerprint:
+            text += f"; files {fingerprint.get('files', '?')}, fingerprint {fingerprint['sha256'][:16]}…"
+        lines.append((f"dataset {data.get('name', '')}".strip(), text))
+    if identity.get("ids"):
+        ids = identity["ids"]
+        lines.append(("ids file", f"sha256 {ids['sha256'][:16]}…" if isinstance(ids, dict) and "sha256" in ids else str(ids)))
+    skipped = run.get("skipped") or []
+    if skipped:
+        shown = "; ".join(f"{s['file']} ({s['reason']})" for s in skipped[:10])
+        lines.append(("skipped files", f"{len(skipped)}: {shown}" + (" …" if len(skipped) > 10 else "")))
+    return lines
 
 
 def _times(run: dict[str, Any]) -> dict[str, str]:
