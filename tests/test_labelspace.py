@@ -96,6 +96,16 @@ def test_hub_configs_are_recognised_by_names_not_counts():
 
     # hub ImageNet heads spell classes as WordNet lemma lists ("tench, Tinca tinca")
     assert recognize([", ".join(r.lemmas) for r in imagenet_classes()], "hf:x").name == "imagenet1k"
+    # a user's Dataset that lists the first lemmas ("crane" twice) is ImageNet-1k too, slot by slot
+    from shiftbench.datasets.imagenet import class_names as first_lemmas
+    from shiftbench.engine.labels import dataset_label_space
+
+    class Named:
+        name, class_names = "mine", first_lemmas()
+
+    assert dataset_label_space(Named()).name == "imagenet1k"
+    Named.class_names = Named.class_names[1:] + Named.class_names[:1]  # the same names in another order: not ImageNet
+    assert dataset_label_space(Named()).name == "mine-classes"
     other = recognize([f"c{i}" for i in range(1000)], "hf:x")
     assert other.name == "hf:x" and other.id_kind == "name"
     assert recognize(["a", "a"], "hf:y").id_kind.startswith("numbered")  # repeated names: known by position only

@@ -260,8 +260,8 @@ def recognize(names: Sequence[str], fallback: str) -> LabelSpace:
             continue
         ok = all((g in ("n/a", "") if not space.ids[i] else g == _norm(space.class_names[i]))
                  for i, g in enumerate(given))
-        if not ok and space.name == "imagenet1k":
-            ok = given == _imagenet_lemmas()
+        if not ok and space.name == "imagenet1k":  # the WordNet spellings: all lemmas, or the first one
+            ok = given in (_imagenet_lemmas(), tuple(_norm(lemmas.split(",")[0]) for lemmas in _imagenet_lemmas()))
         if ok:
             return space
     ids = tuple("" if _norm(n) in ("n/a", "") else str(n) for n in names)

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
-from ..labelspace import LabelSpace, map_spaces
+from ..labelspace import LabelSpace, map_spaces, recognize
 from ..sample import Sample
 
 __all__ = ["LabelPlan", "plan_labels", "dataset_label_space"]
@@ -36,14 +36,16 @@ VOID = 255
 
 def dataset_label_space(dataset: Any, task: str = "classification") -> LabelSpace | None:
     """The space a dataset's labels live in for ``task``: ``label_space`` (class labels, box labels), or
-    ``mask_space`` for segmentation; a dataset with only ``class_names`` gets a custom space of them."""
+    ``mask_space`` for segmentation; a dataset with only ``class_names`` gets the built-in space whose names
+    these are slot by slot (``labelspace.recognize``: ImageNet-1k's 1,000 names, VOC's 21, ...), else a
+    custom space of them."""
     if task == "segmentation":
         return getattr(dataset, "mask_space", None)
     space = getattr(dataset, "label_space", None)
     if space is not None:
         return space
     names = getattr(dataset, "class_names", None)
-    return LabelSpace.custom(names, name=f"{getattr(dataset, 'name', 'dataset')}-classes") if names else None
+    return recognize(list(names), f"{getattr(dataset, 'name', 'dataset')}-classes") if names else None
 
 
 @dataclass
