@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Iterator, Mapping
 
 from ..labelspace import LabelSpace
 from ..sample import Sample
@@ -43,6 +44,24 @@ class Dataset:
         ``generate`` mirrors this tree in its output; records without a file fall back to their id.
         """
         return None
+
+    # -- how `generate` writes a shifted copy in this dataset's own format ---------------------------
+    # An image folder needs nothing more than its mirrored tree; a format with annotation files (COCO,
+    # VOC) names where its images go, which files travel with each image, and writes its index last.
+    mirror_keeps: frozenset[str] = frozenset()  # what a shift must keep valid for the copied annotations
+
+    def mirror_path(self, index: int) -> str | None:
+        """Where ``generate`` writes record ``index``'s image below ``<shift>/<severity>/`` (POSIX; the
+        suffix is replaced by the output's). The source path by default: the tree is mirrored."""
+        return self.source_path(index)
+
+    def mirror_files(self, index: int) -> list[tuple[Path, str]]:
+        """Annotation files copied unchanged beside record ``index``'s image: (source file, relative target)."""
+        return []
+
+    def write_mirror_index(self, folder: Path, written: Mapping[int, str]) -> None:
+        """Write the annotation index of a generated ``folder`` holding the records ``written``
+        (index -> image path relative to ``folder``), so this format's reader reads it. Nothing by default."""
 
     def __getitem__(self, index: int) -> Any:
         if not isinstance(index, int):
@@ -89,3 +108,16 @@ class Subset(Dataset):
 
     def source_path(self, index: int) -> str | None:
         return self.base.source_path(self.indices[index])
+
+    @property
+    def mirror_keeps(self) -> frozenset[str]:  # type: ignore[override]
+        return self.base.mirror_keeps
+
+    def mirror_path(self, index: int) -> str | None:
+        return self.base.mirror_path(self.indices[index])
+
+    def mirror_files(self, index: int) -> list[tuple[Path, str]]:
+        return self.base.mirror_files(self.indices[index])
+
+    def write_mirror_index(self, folder: Path, written: Mapping[int, str]) -> None:
+        self.base.write_mirror_index(folder, {self.indices[i]: rel for i, rel in written.items()})

@@ -8,8 +8,9 @@ crossings, as pycocotools' ``frPoly`` does, so masks match it pixel for pixel.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -228,9 +229,14 @@ class CocoInstances(ReaderDataset):
     annotation's ``area`` field, which sizes it as small/medium/large) and ``instance_masks`` (an
     :class:`InstanceMasks`, decoded only when read, overlaps intact; absent when ``masks=False``), plus the
     image's ``coco_id``. Ids are the COCO image ids.
+
+    ``shiftbench generate`` writes a COCO folder again: ``annotations/instances_<split>.json`` (this file
+    with each generated image's ``file_name`` rewritten and the images not generated left out; every other
+    value as it was) and the images under ``<split>/``. Image ids, and so sample ids, are unchanged.
     """
 
     annotations = ("boxes", "box_labels", "mask")
+    mirror_keeps = frozenset({"boxes", "mask"})  # the copied boxes and segmentations must still be true
 
     def __init__(self, root: Any = None, annotations: Any = None, images: Any = None, masks: bool = True,
                  on_error: str = "fail", verify: str = "header"):
@@ -257,6 +263,7 @@ class CocoInstances(ReaderDataset):
             raise ShiftbenchError(f"coco: image folder {image_dir} not found; pass images=FOLDER")
         self.root = image_dir
         self.annotation_file = ann_file
+        self.split = ann_file.stem.split("_", 1)[-1]
         self.masks = bool(masks)
         try:
             data = json.loads(ann_file.read_text(encoding="utf-8"))
@@ -318,6 +325,29 @@ class CocoInstances(ReaderDataset):
 
     def source_path(self, index: int) -> str:
         return Path(self._records[index]["file_name"]).as_posix()
+
+    def mirror_path(self, index: int) -> str:
+        # below <split>/, where the reader looks for the images of annotations/instances_<split>.json:
+        # a file_name that itself starts with the split's name cannot make the layout ambiguous
+        return f"{self.split}/{self.source_path(index)}"
+
+    def write_mirror_index(self, folder: Path, written: Mapping[int, str]) -> None:
+        """``folder/annotations/instances_<split>.json``: this file, restricted to the generated images
+        (a limit or skipped files leave some out), their ``file_name`` pointing at the generated files."""
+        data = json.loads(self.annotation_file.read_text(encoding="utf-8"))
+        prefix = f"{self.split}/"
+        names = {int(self._records[i]["id"]): rel[len(prefix):] for i, rel in written.items()}
+        images = []
+        for img in data["images"]:
+            if int(img["id"]) in names:
+                images.append({**img, "file_name": names[int(img["id"])]})  # key order kept
+        data["images"] = images
+        data["annotations"] = [a for a in data["annotations"] if int(a["image_id"]) in names]
+        target = Path(folder) / "annotations" / f"instances_{self.split}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".part")
+        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, target)
 
     def load(self, index: int) -> Sample:
         rec = self._records[index]

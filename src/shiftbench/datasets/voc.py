@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -67,6 +68,11 @@ class VocSegmentation(ReaderDataset):
     ``SegmentationClass/*.png``). Each Sample's ``mask`` is the uint8 class map (0 background, 1..20 the
     VOC classes, 255 void/boundary); with SegmentationObject, ``meta["instance_mask"]`` is the object map
     and ``boxes`` / ``box_labels`` are each object's extent and majority class.
+
+    An image is ``JPEGImages/<id>.jpg`` or, as ``shiftbench generate`` writes it (lossless),
+    ``JPEGImages/<id>.png``; an id with both files is refused as ambiguous. A generated folder holds the
+    shifted images and, copied unchanged, each one's SegmentationClass / SegmentationObject / Annotations
+    files, with ``ImageSets/Segmentation/<split>.txt`` listing the generated ids; ids are unchanged.
     """
 
     annotations = ("mask", "boxes", "box_labels")
@@ -96,12 +102,26 @@ class VocSegmentation(ReaderDataset):
         else:
             ids = sorted(p.stem for p in (root / "SegmentationClass").glob("*.png"))
         self.has_objects = (root / "SegmentationObject").is_dir()
+        self.has_list = list_file.is_file()
+        # what a shift must keep for the copied label files to stay true: the class maps, and the objects'
+        # extents when there are object maps or box files
+        self.mirror_keeps = frozenset({"mask"} | ({"boxes"} if self.has_objects or (root / "Annotations").is_dir()
+                                                  else set()))
+        present = set(os.listdir(root / "JPEGImages"))  # one listing, not a stat per id and suffix
+        self._image_ext: dict[str, str] = {}
         for image_id in ids:
             for folder, ext in self._parts():
                 resolve_inside(root, f"{folder}/{image_id}{ext}", "image id")
+            jpg, png = f"{image_id}.jpg" in present, f"{image_id}.png" in present
+            if jpg and png:
+                raise ShiftbenchError(f"voc: {root / 'JPEGImages'} holds both {image_id}.jpg and {image_id}.png; "
+                                      "keep one")
+            # a missing image stays .jpg, the name VOC's own layout has, for the screen's message
+            self._image_ext[image_id] = ".png" if png else ".jpg"
 
         def files(image_id: str) -> list[Path]:
-            return [root / folder / f"{image_id}{ext}" for folder, ext in self._parts()]
+            return [self._image_path(image_id)] + [root / folder / f"{image_id}{ext}"
+                                                   for folder, ext in self._parts()[1:]]
 
         self._ids, self.skipped = screen(ids, files, root, on_error, verify)
         self.description = f"Pascal VOC segmentation {root.name} ({split})"
@@ -109,6 +129,9 @@ class VocSegmentation(ReaderDataset):
     def _parts(self) -> list[tuple[str, str]]:
         parts = [("JPEGImages", ".jpg"), ("SegmentationClass", ".png")]
         return parts + ([("SegmentationObject", ".png")] if self.has_objects else [])
+
+    def _image_path(self, image_id: str) -> Path:
+        return self.root / "JPEGImages" / f"{image_id}{self._image_ext.get(image_id, '.jpg')}"
 
     @staticmethod
     def detect(path: Path) -> bool:
@@ -125,9 +148,34 @@ class VocSegmentation(ReaderDataset):
     def sample_id(self, index: int) -> str:
         return self._ids[index]
 
+    def source_path(self, index: int) -> str:
+        return self._image_path(self._ids[index]).relative_to(self.root).as_posix()
+
+    def mirror_files(self, index: int) -> list[tuple[Path, str]]:
+        image_id = self._ids[index]
+        files = [(self.root / folder / f"{image_id}{ext}", f"{folder}/{image_id}{ext}") for folder, ext in self._parts()[1:]]
+        xml = self.root / "Annotations" / f"{image_id}.xml"
+        if xml.is_file():
+            files.append((xml, f"Annotations/{image_id}.xml"))
+        return files
+
+    def write_mirror_index(self, folder: Path, written: Mapping[int, str]) -> None:
+        """``ImageSets/Segmentation/<split>.txt`` listing the generated ids (when the source has a list);
+        without one the reader lists SegmentationClass/, which holds exactly the generated ids."""
+        folder = Path(folder)
+        (folder / "SegmentationClass").mkdir(parents=True, exist_ok=True)  # an empty set is still a VOC folder
+        (folder / "JPEGImages").mkdir(parents=True, exist_ok=True)
+        if not self.has_list:
+            return
+        target = folder / "ImageSets" / "Segmentation" / f"{self.split}.txt"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".part")
+        tmp.write_text("".join(f"{self._ids[i]}\n" for i in sorted(written)), encoding="utf-8")
+        os.replace(tmp, target)
+
     def load(self, index: int) -> Sample:
         image_id = self._ids[index]
-        path = self.root / "JPEGImages" / f"{image_id}.jpg"
+        path = self._image_path(image_id)
         image = load_image(path)
         classes = read_label_png(self.root / "SegmentationClass" / f"{image_id}.png")
         if classes.shape != image.shape[:2]:

@@ -7,7 +7,12 @@ records carry the corrupted text.
 
 The source tree is mirrored: ``root/class/x.jpg`` gives ``OUT/<shift>/<severity>/class/x.png``, so
 ``OUT/<shift>/<severity>`` of an image folder is an image folder again (same classes, same labels),
-and the manifest and settings stay one level above, out of the readers' way. Nothing is ever
+and the manifest and settings stay one level above, out of the readers' way. A format with
+annotation files is written in that format (the reader's ``mirror_*`` hooks, datasets/base.py): a COCO
+input gives ``<shift>/<severity>/annotations/instances_<split>.json`` (file names rewritten) with the
+images under ``<split>/``; a VOC input gives ``JPEGImages/<id>.png`` with each image's label files
+copied unchanged and the split's id list. A shift that does not keep what those annotations describe
+(``keeps``: boxes, masks) is refused before any work. Nothing is ever
 overwritten: two sources that would give one output (``x.jpg`` and ``x.png``) are refused before
 any work, naming both files.
 
@@ -119,10 +124,14 @@ class _Job:
 def output_relpath(dataset: Any, index: int, suffix: str) -> str:
     """Where record ``index``'s output goes below OUT/<shift>/<severity>/ (POSIX, with ``suffix``).
 
-    The record's source file path when the dataset has one (the tree is mirrored, names kept as they
-    are so class folders keep their names), else its id with each ``/``-separated part made file-safe.
+    The reader's ``mirror_path``: the record's source file path when the dataset has one (the tree is
+    mirrored, names kept as they are so class folders keep their names; COCO puts it below ``<split>/``),
+    else its id with each ``/``-separated part made file-safe.
     """
-    source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
+    if hasattr(dataset, "mirror_path"):
+        source = dataset.mirror_path(index)
+    else:
+        source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
     if source:
         parts = [p for p in str(source).replace("\\", "/").split("/") if p not in ("", ".", "..")]
     else:
@@ -163,6 +172,28 @@ def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
     else:
         img.save(tmp, format="JPEG", quality=quality, subsampling=0)
     os.replace(tmp, path)
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a file's bytes through a temporary file, so a kill never leaves half a file."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".part")
+    tmp.write_bytes(Path(source).read_bytes())
+    os.replace(tmp, target)
+
+
+def check_annotations_kept(dataset: Any, shifts: Sequence[str], source: str) -> None:
+    """Refuse, before any work, a shift that does not keep valid what the format's copied annotations
+    describe (a COCO box around an object that ``background_only`` removed would be a wrong label)."""
+    needs = frozenset(getattr(dataset, "mirror_keeps", frozenset()))
+    for name in shifts:
+        shift = SHIFTS.entry(name).resolve()
+        missing = sorted(needs - shift.keeps) if shift.kind != "text" else []
+        if missing:
+            raise ShiftbenchError(
+                f"generate: shift {name!r} does not keep {' and '.join(missing)} valid, so the annotations copied "
+                f"from {source} would be wrong for its images; use a shift that keeps {' and '.join(sorted(needs))}, "
+                f"or generate from an image folder of the same images")
 
 
 _worker_cache: dict[tuple, Any] = {}
@@ -225,6 +256,8 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
             path = base / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             _encode(path, out.image, job.fmt, job.jpeg_quality)
+            for source_file, target in (dataset.mirror_files(index) if hasattr(dataset, "mirror_files") else []):
+                _copy(source_file, base / target)  # the format's annotation files, unchanged
             record["output"] = f"{job.shift}/{job.severity}/{rel}"
             record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
         records.append(record)
@@ -286,6 +319,7 @@ def generate(
             plan.append((name, int(severity)))
     if any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
         check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
+        check_annotations_kept(ds, shifts, str(dataset))
     base = getattr(ds, "base", ds)  # a limit wraps the reader; its screen saw every file
     unreadable = [{"source": name, "skipped": reason} for name, reason in getattr(base, "skipped", [])]
 
@@ -346,10 +380,27 @@ def generate(
                 for records in pool.map(_run_job, jobs):
                     record_all(records)
 
+    _write_indexes(ds, out, plan, done)
     _finalise_manifest(out, done, unreadable)
     failed = {r["index"] for r in done.values() if "skipped" in r}
     return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
             "unreadable": len(unreadable) + len(failed)}
+
+
+def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]], done: dict[tuple[str, int, int], dict]) -> None:
+    """Each image (shift, severity) folder's annotation index (COCO json, VOC list), from its written records.
+
+    Rewritten whole by every run, resumed or not, before the manifest: a folder with a final manifest is complete.
+    """
+    if not hasattr(dataset, "write_mirror_index"):
+        return
+    for name, severity in plan:
+        if SHIFTS.entry(name).resolve().kind == "text":
+            continue  # a text shift writes no folder
+        prefix = f"{name}/{severity}/"
+        written = {k[2]: r["output"][len(prefix):] for k, r in done.items()
+                   if k[0] == name and k[1] == severity and "output" in r}
+        dataset.write_mirror_index(out / name / str(severity), written)
 
 
 def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict], unreadable: Sequence[dict] = ()) -> None:
