@@ -263,7 +263,9 @@ class CocoInstances(ReaderDataset):
             raise ShiftbenchError(f"coco: image folder {image_dir} not found; pass images=FOLDER")
         self.root = image_dir
         self.annotation_file = ann_file
-        self.split = ann_file.stem.split("_", 1)[-1]
+        split = ann_file.stem.split("_", 1)[-1]
+        # the split names the generated copy's json and image folder; a name unfit for a folder becomes "images"
+        self.split = split if split.strip(".") and all(c.isalnum() or c in "._-" for c in split) else "images"
         self.masks = bool(masks)
         try:
             data = json.loads(ann_file.read_text(encoding="utf-8"))
