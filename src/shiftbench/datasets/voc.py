@@ -153,7 +153,8 @@ class VocSegmentation(ReaderDataset):
 
     def mirror_files(self, index: int) -> list[tuple[Path, str]]:
         image_id = self._ids[index]
-        files = [(self.root / folder / f"{image_id}{ext}", f"{folder}/{image_id}{ext}") for folder, ext in self._parts()[1:]]
+        files = [(self.root / folder / f"{image_id}{ext}", f"{folder}/{image_id}{ext}")
+                 for folder, ext in self._parts()[1:]]
         xml = self.root / "Annotations" / f"{image_id}.xml"
         if xml.is_file():
             files.append((xml, f"Annotations/{image_id}.xml"))

@@ -387,7 +387,8 @@ def generate(
             "unreadable": len(unreadable) + len(failed)}
 
 
-def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]], done: dict[tuple[str, int, int], dict]) -> None:
+def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]],
+                   done: dict[tuple[str, int, int], dict]) -> None:
     """Each image (shift, severity) folder's annotation index (COCO json, VOC list), from its written records.
 
     Rewritten whole by every run, resumed or not, before the manifest: a folder with a final manifest is complete.
