@@ -123,8 +123,10 @@ class LabelPlan:
         return table[values]
 
 
-def _hint(model_space: LabelSpace) -> str:
-    extra = (" or name the class folders by ImageNet wnids (n01440764, ...)" if model_space.id_kind == "wnid" else "")
+def _hint(model_space: LabelSpace, task: str | None = None) -> str:
+    # wnid folder names are a fix only where the data is a folder per class (classification)
+    extra = (" or name the class folders by ImageNet wnids (n01440764, ...)"
+             if model_space.id_kind == "wnid" and task == "classification" else "")
     return (f"map them with label_map: in the spec (dataset class: model class, or a file of "
             f"'dataset_class<TAB>model_class' lines){extra}")
 
@@ -170,7 +172,7 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
         raise SpecError(f"model {name!r}: {exc}") from None
     if mapping is None:
         raise ShiftbenchError(f"model {name!r} predicts label space {model_space.describe()} but {dataset_name} has "
-                              f"{space.describe()} and no exact mapping exists; {_hint(model_space)}")
+                              f"{space.describe()} and no exact mapping exists; {_hint(model_space, task)}")
     used = set(space.used)
     identity = space.same_as(model_space) or (
         # a detector's extra classes must still be filtered out, so detection keeps the explicit map
