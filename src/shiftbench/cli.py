@@ -185,16 +185,19 @@ def _print_plan(plan, store: str) -> None:
     for i, c in enumerate(conditions, 1):
         table.add_row(str(i), c.model, c.shift, json.dumps(c.params) if c.params else "", str(c.severity))
     console = _console()
+
+    def say(text: str) -> None:  # paths and names: never hard-wrapped, never read as rich markup
+        console.print(text, soft_wrap=True, markup=False)
+
     dataset = plan.dataset
     kind = getattr(dataset, "description", None) or type(dataset).__name__
-    console.print(f"dataset: {spec.dataset}: {kind}; {plan.samples} samples"
-                  + (f" (limit {spec.limit})" if spec.limit else ""))
+    say(f"dataset: {spec.dataset}: {kind}; {plan.samples} samples" + (f" (limit {spec.limit})" if spec.limit else ""))
     skipped = list(getattr(dataset, "skipped", None) or [])
     for item in skipped:
-        console.print("  skipped: " + (": ".join(str(x) for x in item) if isinstance(item, (tuple, list)) else str(item)))
+        say("  skipped: " + (": ".join(str(x) for x in item) if isinstance(item, (tuple, list)) else str(item)))
     for label, model in plan.models.items():
-        console.print(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
-    console.print(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
+        say(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
+    say(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
     console.print(table)
 
 
