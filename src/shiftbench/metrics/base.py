@@ -61,7 +61,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 
 from ..errors import ShiftbenchError
 
-__all__ = ["Metric", "check_task", "exact_add", "exact_value"]
+__all__ = ["Metric", "OrderedMerge", "check_task", "exact_add", "exact_value"]
 
 
 def exact_add(partials: Sequence[float], values: Iterable[float]) -> list[float]:
@@ -142,10 +142,16 @@ class Metric:
         identity) and return ``self``; ``other`` is left as it was."""
         raise NotImplementedError
 
+    def fresh(self) -> "Metric":
+        """An empty metric with this one's settings, sharing its resources (a loaded encoder): what a
+        batch or a shard accumulates into before its state is saved or merged."""
+        part = copy.copy(self)
+        part.reset()  # reset binds new containers: nothing accumulated is shared with self
+        return part
+
     def merge_state(self, state: dict[str, Any]) -> "Metric":
         """Merge a saved ``state_dict`` (of a batch or a shard) into this metric; returns ``self``."""
-        part = copy.copy(self)  # shares the resources (an encoder), never the accumulated data:
-        part.reset()            # reset binds fresh containers before the state replaces them
+        part = self.fresh()
         part.load_state_dict(state)
         return self.merge(part)
 
@@ -160,6 +166,44 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, n={self.n})"
+
+
+class OrderedMerge:
+    """Merges numbered parts (batches, shards) in number order whatever order they arrive in: the parts
+    0..k-1 are merged as soon as they are all there, a later one waits for the gap to fill. Parts
+    ``0..count-1`` merged this way equal one pass over the data in order (order matters to
+    detection's tie-breaking and to metrics that keep per-sample lists).
+
+    >>> from shiftbench.metrics import Top1
+    >>> parts = {b: Top1() for b in range(3)}
+    >>> for b, (p, y) in enumerate([([[0, 1]], [1]), ([[1, 0]], [1]), ([[0, 1]], [1])]): parts[b].update(p, y)
+    >>> merger = OrderedMerge(Top1())
+    >>> for b in (2, 0, 1): merger.add(b, parts[b])
+    >>> merger.result(3).compute()
+    {'top1': 0.6666666666666666}
+    """
+
+    def __init__(self, template: Metric):
+        self.total = template.fresh()
+        self.next = 0  # the first part not merged yet
+        self.waiting: dict[int, Metric] = {}
+
+    def add(self, index: int, part: Metric) -> None:
+        if index < self.next or index in self.waiting:
+            raise ShiftbenchError(f"{self.total.name}: part {index} was merged already")
+        self.waiting[index] = part
+        while self.next in self.waiting:
+            self.total.merge(self.waiting.pop(self.next))
+            self.next += 1
+
+    def result(self, count: int) -> Metric:
+        """The merge of parts ``0..count-1``; an error naming the missing parts if any is absent."""
+        if self.next != count or self.waiting:
+            missing = sorted(set(range(count)) - set(range(self.next)) - set(self.waiting))
+            extra = sorted(b for b in self.waiting if b >= count)
+            raise ShiftbenchError(f"{self.total.name}: cannot merge {count} parts: missing {missing[:10]}"
+                                  + (f", unexpected {extra[:10]}" if extra else ""))
+        return self.total
 
 
 def check_task(metric: Any, model: Any) -> None:
