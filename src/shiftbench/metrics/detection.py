@@ -95,7 +95,7 @@ class RLEMasks:
         if masks.ndim != 3:
             raise ShiftbenchError(f"instance masks must be (N, H, W), got shape {masks.shape}")
         counts = [encode_rle_string(m)["counts"] for m in masks]
-        return cls(counts, masks.shape, masks.reshape(len(masks), -1).sum(axis=1))
+        return cls(counts, masks.shape, masks.reshape(len(masks), int(np.prod(masks.shape[1:]))).sum(axis=1))
 
     def __len__(self) -> int:
         return self.shape[0]

