@@ -2,9 +2,11 @@
 
 Order of work: for each shift condition, each batch is loaded and shifted once, then given to every
 model that still needs it (shifting is shared across models). A data thread prepares the next batch
-while the models run. Each finished (model, condition, batch) saves its metric states in one
-transaction; a finished condition merges them, computes the metrics and is marked done. A killed run
-restarted with the same spec and store skips what is complete and never duplicates a row.
+while the models run. Each finished (model, condition, batch) saves the metric state of that batch
+alone (not the running total: the bytes written grow with the data, not with its square) in one
+transaction; a finished condition merges the batch states in batch order (``Metric.merge``), computes
+the metrics and is marked done. A killed run restarted with the same spec and store merges the saved
+batches, runs the rest, skips what is complete and never duplicates a row.
 
 Shifts are applied exactly as ``shiftbench generate`` applies them (same per-sample seeds), so an
 evaluation on the fly and one on a generated folder see the same pixels.
@@ -12,6 +14,7 @@ evaluation on the fly and one on a generated folder see the same pixels.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -23,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
+from ..metrics.base import OrderedMerge
 from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Sample
 from ..spec import Spec, load_spec
@@ -30,6 +34,13 @@ from .store import ConditionKey, Store
 
 GRID_SAMPLES = 4  # per condition, kept as thumbnails with every model's prediction for the report
 THUMB = 96
+# every saved batch carries this key: its metric states are of that batch alone and merge. A store
+# written before (each batch holding the cumulative state) lacks it, and such a partial condition is
+# recomputed rather than mis-merged
+STATE_FORMAT_KEY = "__state_format__"
+STATE_FORMAT = "batch-merge/1"
+
+log = logging.getLogger("shiftbench")
 
 
 @dataclass
@@ -259,7 +270,7 @@ class _Runner:
                 pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
                 if not pending:
                     continue
-                restored = {m: self._restore(m, metrics[m], cid) for m, cid in pending.items()}
+                restored = {m: self._restore(m, metrics[m], cid, cond) for m, cid in pending.items()}
                 live = {m: r[0] for m, r in restored.items()}
                 saved = {m: r[1] for m, r in restored.items()}
                 batches = [b for b in range(n_batches) if any(b not in saved[m] for m in pending)]
@@ -278,7 +289,8 @@ class _Runner:
                         if self.on_batch:
                             self.on_batch(m, b)
                 for m, cid in pending.items():
-                    self._finish(models[m], metrics[m], cid, n, live[m])
+                    self._finish(models[m], metrics[m], cid, n, {name: merger.result(n_batches)
+                                                                 for name, merger in live[m].items()})
         self.store.finish_run(run_id)
         return self.store.rows(run_id)
 
@@ -302,21 +314,26 @@ class _Runner:
         return list(cond.shift.apply_batch(samples, params))
 
     def _run_batch(self, label: str, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
-                   cond: Condition, run_id: str, metrics: dict[str, Any]) -> None:
-        """Predict one batch, fold it into the model's metrics and save their cumulative state."""
+                   cond: Condition, run_id: str, mergers: dict[str, OrderedMerge]) -> None:
+        """Predict one batch, score it with fresh metrics, save their states (this batch's alone) and
+        hand them to the condition's mergers."""
         handler = _HANDLERS[model.task]
         plan = self.plans[label]
         # the thumbnails keep the dataset's own labels; metrics and records see both sides in one space
         outputs = plan.outputs(_predict_with_backoff(handler.predict, model, samples))
         shown = samples
         samples = plan.targets(samples)
+        parts = {name: mergers[name].total.fresh() for name in metric_names}
         for name in metric_names:
-            metrics[name].update_from_samples(outputs, samples)
-        states = {name: encode_state(metrics[name].state_dict()) for name in metric_names}
+            parts[name].update_from_samples(outputs, samples)
+        states: dict[str, Any] = {name: encode_state(parts[name].state_dict()) for name in metric_names}
+        states[STATE_FORMAT_KEY] = STATE_FORMAT
         grid = samples[:GRID_SAMPLES] if b == 0 else []
         keep = samples if self.spec.log_samples else grid
         predictions = [(s.id, handler.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
         self.store.save_batch(cid, b, states, predictions=predictions or None)
+        for name in metric_names:
+            mergers[name].add(b, parts[name])
         if grid:
             self._save_thumbnails(run_id, cond, shown[:GRID_SAMPLES])
 
@@ -339,17 +356,26 @@ class _Runner:
                 "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
                 "severity": cond.severity, "sample_id": str(s.id)})
 
-    def _restore(self, model_label: str, metric_names: list[str], cid: int) -> tuple[dict[str, Any], set[int]]:
-        """Fresh metrics, or the cumulative state after the last saved batch when resuming."""
-        metrics = {name: self._metric(name, model_label) for name in metric_names}
+    def _restore(self, model_label: str, metric_names: list[str], cid: int,
+                 cond: Condition) -> tuple[dict[str, OrderedMerge], set[int]]:
+        """One merger per metric, holding the saved batches' states when resuming (merged in batch order)."""
+        mergers = {name: OrderedMerge(self._metric(name, model_label)) for name in metric_names}
         saved = self.store.batches(cid)
-        if saved:
-            last = max(saved)
-            if set(saved) != set(range(last + 1)):  # batches are saved in order; anything else is damage
-                raise ShiftbenchError(f"store condition {cid}: saved batches {sorted(saved)} are not a prefix")
+        if any(state.get(STATE_FORMAT_KEY) != STATE_FORMAT for state in saved.values()):
+            # an older shiftbench saved the running total after every batch: merging those would count
+            # every sample many times, so the condition starts again (its batches and predictions go)
+            dropped = self.store.clear_batches(cid)
+            log.warning(f"{model_label} {cond.shift_name} s{cond.severity}: {dropped} saved batches are in the "
+                        f"cumulative format of an older shiftbench; recomputing this condition")
+            return mergers, set()
+        for b, state in saved.items():
             for name in metric_names:
-                metrics[name].load_state_dict(decode_state(saved[last][name]))
-        return metrics, set(saved)
+                if name not in state:
+                    raise ShiftbenchError(f"store condition {cid}: saved batch {b} has no state for metric {name!r}")
+                part = mergers[name].total.fresh()
+                part.load_state_dict(decode_state(state[name]))
+                mergers[name].add(b, part)
+        return mergers, set(saved)
 
     def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any]) -> None:
         results: dict[str, Any] = {}

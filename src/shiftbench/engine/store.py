@@ -435,6 +435,17 @@ class Store:
         ).fetchall()
         return {int(r[0]): json.loads(r[1]) for r in rows}
 
+    def clear_batches(self, condition_id: int) -> int:
+        """Forget an unfinished condition's saved batches and their predictions, in one transaction, so
+        it is computed again from its first batch; returns how many batches were dropped."""
+        with self._write() as conn:
+            done = conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
+            if done is not None and done[0] == "done":
+                raise StoreError(f"{self.path}: condition {condition_id} is finished: its batches are not cleared")
+            dropped = conn.execute("DELETE FROM batches WHERE condition_id = ?", (condition_id,)).rowcount
+            conn.execute("DELETE FROM predictions WHERE condition_id = ?", (condition_id,))
+        return int(dropped)
+
     def finish_condition(self, condition_id: int, results: dict[str, Any], n: int | None = None) -> bool:
         """Write a condition's metric values and mark it done, in one transaction.
 

@@ -12,12 +12,12 @@ Robustness summaries are pure functions in :mod:`shiftbench.metrics.robustness`.
 from __future__ import annotations
 
 from ..registry import METRICS, summary_line
-from .base import Metric, check_task
+from .base import Metric, OrderedMerge, check_task
 from .classification import ECE, Top1, Top5, TopK
 from .detection import BoxAP, MaskAP
 from .segmentation import ForegroundIoU, MeanIoU
 
-__all__ = ["Metric", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "MeanIoU", "ForegroundIoU",
+__all__ = ["Metric", "OrderedMerge", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "MeanIoU", "ForegroundIoU",
            "BoxAP", "MaskAP"]
 
 for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP):

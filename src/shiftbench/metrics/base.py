@@ -30,6 +30,12 @@ How the runner uses a metric (the whole contract)
   ``undefined_reason(key)``, the reason in the row's ``extra["undefined"]``.
 - ``n``: samples seen; ``reset()``: forget everything. ``state()`` exposes extra data for reports
   (the reliability diagram of ``ece``, per-class IoU of ``miou``).
+- ``merge(other)``: fold another metric's accumulated data into this one (torchmetrics' idea). Merging
+  is associative and a fresh metric is its identity, so the states of the parts of any split of the data
+  (batches, shards, workers), merged in data order, ``compute`` exactly what one pass computes. The
+  runner saves each batch's ``state_dict()`` alone and merges them; ``merge_state(state)`` merges a
+  saved ``state_dict``. Sums of floats are kept exact (:func:`exact_add`), so the grouping of the
+  parts cannot change a rounding.
 
 ``check_task(metric, model)`` raises :class:`ShiftbenchError` when a metric does not fit a model's task.
 Robustness summaries (drops, gamma, CE, mCE) are pure functions in :mod:`shiftbench.metrics.robustness`:
@@ -40,17 +46,55 @@ they combine stored values, they do not accumulate predictions.
 ...     def reset(self): self.n = 0
 ...     def update(self, predictions, targets): self.n += len(targets)
 ...     def compute(self): return {"count": float(self.n)}
+...     def merge(self, other): self.check_mergeable(other); self.n += other.n; return self
 >>> m = Count(); m.update([1, 2], [1, 2]); m.compute()
 {'count': 2.0}
+>>> part = Count(); part.update([3], [3]); m.merge(part).compute()
+{'count': 3.0}
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+import copy
+import math
+from typing import Any, ClassVar, Iterable, Sequence
 
 from ..errors import ShiftbenchError
 
-__all__ = ["Metric", "check_task"]
+__all__ = ["Metric", "OrderedMerge", "check_task", "exact_add", "exact_value"]
+
+
+def exact_add(partials: Sequence[float], values: Iterable[float]) -> list[float]:
+    """The exact sum of ``partials`` (a previous result, or ``[]``) and ``values``, as non-overlapping floats.
+
+    Shewchuk's error-free transformation (the representation ``math.fsum`` works on): the returned list
+    sums exactly, without rounding, to the real sum of everything added so far, so ``exact_value`` of
+    it is the correctly rounded total whatever the grouping and order of the additions. Merging two
+    exact sums is ``exact_add(a, b)``. Inputs must be finite.
+
+    >>> exact_value(exact_add(exact_add([], [0.1, 0.2]), [0.3])) == exact_value(exact_add([], [0.1, 0.2, 0.3]))
+    True
+    """
+    out = [float(p) for p in partials]
+    for x in values:
+        x = float(x)
+        kept = 0
+        for y in out:
+            if abs(x) < abs(y):
+                x, y = y, x
+            high = x + y
+            low = y - (high - x)  # the rounding error of high, exactly representable
+            if low:
+                out[kept] = low
+                kept += 1
+            x = high
+        out[kept:] = [x]
+    return out
+
+
+def exact_value(partials: Sequence[float]) -> float:
+    """The correctly rounded value of an :func:`exact_add` sum (0.0 for an empty one)."""
+    return math.fsum(partials)
 
 
 class Metric:
@@ -62,6 +106,8 @@ class Metric:
     # attributes that hold resources (encoders, models), not accumulated data: never saved, rebuilt by
     # the constructor
     resources: ClassVar[tuple[str, ...]] = ()
+    # constructor settings that must agree for two states to merge (k of top-k, ece's bins, ...)
+    config: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self) -> None:
         self.n = 0
@@ -88,11 +134,76 @@ class Metric:
         return {k: v for k, v in vars(self).items() if k not in self.resources}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a ``state_dict`` (the runner saves it after every batch)."""
+        """Continue from a ``state_dict``."""
         vars(self).update({k: v for k, v in state.items() if k not in self.resources})
+
+    def merge(self, other: "Metric") -> "Metric":  # pragma: no cover - every metric overrides it
+        """Fold ``other``'s accumulated data into this metric (associative; a fresh metric is the
+        identity) and return ``self``; ``other`` is left as it was."""
+        raise NotImplementedError
+
+    def fresh(self) -> "Metric":
+        """An empty metric with this one's settings, sharing its resources (a loaded encoder): what a
+        batch or a shard accumulates into before its state is saved or merged."""
+        part = copy.copy(self)
+        part.reset()  # reset binds new containers: nothing accumulated is shared with self
+        return part
+
+    def merge_state(self, state: dict[str, Any]) -> "Metric":
+        """Merge a saved ``state_dict`` (of a batch or a shard) into this metric; returns ``self``."""
+        part = self.fresh()
+        part.load_state_dict(state)
+        return self.merge(part)
+
+    def check_mergeable(self, other: "Metric") -> None:
+        """Raise ShiftbenchError unless ``other`` is the same metric with the same settings."""
+        if type(other) is not type(self):
+            raise ShiftbenchError(f"cannot merge a {type(other).__name__} state into {self.name!r}")
+        for key in self.config:
+            if getattr(self, key) != getattr(other, key):
+                raise ShiftbenchError(f"cannot merge {self.name!r} states with different {key}: "
+                                      f"{getattr(self, key)!r} and {getattr(other, key)!r}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, n={self.n})"
+
+
+class OrderedMerge:
+    """Merges numbered parts (batches, shards) in number order whatever order they arrive in: the parts
+    0..k-1 are merged as soon as they are all there, a later one waits for the gap to fill. Parts
+    ``0..count-1`` merged this way equal one pass over the data in order (order matters to
+    detection's tie-breaking and to metrics that keep per-sample lists).
+
+    >>> from shiftbench.metrics import Top1
+    >>> parts = {b: Top1() for b in range(3)}
+    >>> for b, (p, y) in enumerate([([[0, 1]], [1]), ([[1, 0]], [1]), ([[0, 1]], [1])]): parts[b].update(p, y)
+    >>> merger = OrderedMerge(Top1())
+    >>> for b in (2, 0, 1): merger.add(b, parts[b])
+    >>> merger.result(3).compute()
+    {'top1': 0.6666666666666666}
+    """
+
+    def __init__(self, template: Metric):
+        self.total = template.fresh()
+        self.next = 0  # the first part not merged yet
+        self.waiting: dict[int, Metric] = {}
+
+    def add(self, index: int, part: Metric) -> None:
+        if index < self.next or index in self.waiting:
+            raise ShiftbenchError(f"{self.total.name}: part {index} was merged already")
+        self.waiting[index] = part
+        while self.next in self.waiting:
+            self.total.merge(self.waiting.pop(self.next))
+            self.next += 1
+
+    def result(self, count: int) -> Metric:
+        """The merge of parts ``0..count-1``; an error naming the missing parts if any is absent."""
+        if self.next != count or self.waiting:
+            missing = sorted(set(range(count)) - set(range(self.next)) - set(self.waiting))
+            extra = sorted(b for b in self.waiting if b >= count)
+            raise ShiftbenchError(f"{self.total.name}: cannot merge {count} parts: missing {missing[:10]}"
+                                  + (f", unexpected {extra[:10]}" if extra else ""))
+        return self.total
 
 
 def check_task(metric: Any, model: Any) -> None:

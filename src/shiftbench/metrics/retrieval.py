@@ -98,6 +98,13 @@ class _RankMetric(Metric):
         self.ranks.extend(values)
         self.n += len(values)
 
+    def merge(self, other: "_RankMetric") -> "_RankMetric":
+        """Ranks of the parts, in order: concatenation is associative and [] is its identity."""
+        self.check_mergeable(other)
+        self.ranks = self.ranks + list(other.ranks)
+        self.n += other.n
+        return self
+
     def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
         self.update(outputs)
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
-from .base import Metric
+from .base import Metric, exact_add, exact_value
 
 __all__ = ["confusion_matrix", "iou_from_confusion", "mean_iou", "foreground_iou", "MeanIoU", "ForegroundIoU"]
 
@@ -87,6 +87,7 @@ class MeanIoU(Metric):
     name = "miou"
     task = "segmentation"
     higher_is_better = True
+    config = ("num_classes", "ignore_index")
 
     def __init__(self, num_classes: int | None = None, ignore_index: int | None = 255):
         self.num_classes = num_classes
@@ -117,6 +118,13 @@ class MeanIoU(Metric):
             self._cm += confusion_matrix(pred, np.asarray(tgt).astype(np.int64), self._cm.shape[0], self.ignore_index)
             self.n += 1
 
+    def merge(self, other: "MeanIoU") -> "MeanIoU":
+        self.check_mergeable(other)
+        if other._cm is not None:
+            self._cm = other._cm.copy() if self._cm is None else self._cm + other._cm
+        self.n += other.n
+        return self
+
     def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
         targets = [s.meta.get("segmentation", s.mask) for s in samples]
         if any(t is None for t in targets):
@@ -142,6 +150,7 @@ class ForegroundIoU(Metric):
     name = "foreground_iou"
     task = "segmentation"
     higher_is_better = True
+    config = ("threshold",)
 
     def __init__(self, threshold: float = 0.5):
         self.threshold = float(threshold)
@@ -149,7 +158,7 @@ class ForegroundIoU(Metric):
 
     def reset(self) -> None:
         self.n = 0
-        self._sum = 0.0
+        self._sum: list[float] = []  # exact sum of the per-image IoUs (base.exact_add)
         self._inter = 0
         self._union = 0
 
@@ -161,7 +170,7 @@ class ForegroundIoU(Metric):
             t = np.asarray(tgt).astype(bool) if np.asarray(tgt).dtype.kind != "f" else np.asarray(tgt) >= 0.5
             if p.shape != t.shape:
                 raise ShiftbenchError(f"prediction shape {p.shape} does not match target shape {t.shape}")
-            self._sum += foreground_iou(p, t)
+            self._sum = exact_add(self._sum, [foreground_iou(p, t)])
             self._inter += int(np.logical_and(p, t).sum())
             self._union += int(np.logical_or(p, t).sum())
             self.n += 1
@@ -172,8 +181,16 @@ class ForegroundIoU(Metric):
             raise ShiftbenchError("foreground_iou needs a mask on every sample")
         self.update(outputs, [np.asarray(t) > 0 for t in targets])
 
+    def merge(self, other: "ForegroundIoU") -> "ForegroundIoU":
+        self.check_mergeable(other)
+        self._sum = exact_add(self._sum, other._sum)
+        self._inter += other._inter
+        self._union += other._union
+        self.n += other.n
+        return self
+
     def compute(self) -> dict[str, float]:
-        return {self.name: self._sum / self.n if self.n else float("nan")}
+        return {self.name: exact_value(self._sum) / self.n if self.n else float("nan")}
 
     def state(self) -> dict[str, Any]:
         return {"pooled_iou": self._inter / self._union if self._union else None}

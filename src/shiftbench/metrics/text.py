@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
-from .base import Metric
+from .base import Metric, exact_add, exact_value
 
 __all__ = ["cosine_similarity", "TextSimilarity"]
 
@@ -39,7 +39,10 @@ class TextSimilarity(Metric):
 
     name = "text_similarity"
     task = "captioning"
-    resources = ("_encoder",)
+    # the encoder and what names it (a model object or a callable is no data): never saved, set by the
+    # constructor; two parts merge only with the same one, as cosines of two encoders do not add up
+    resources = ("_encoder", "encoder_spec")
+    config = ("encoder_spec",)
     higher_is_better = True
 
     def __init__(self, encoder: Any = "minilm"):
@@ -67,7 +70,7 @@ class TextSimilarity(Metric):
 
     def reset(self) -> None:
         self.n = 0
-        self._sum = 0.0
+        self._sum: list[float] = []  # exact sum of the cosines (base.exact_add): merges round like one pass
 
     def update(self, predictions: Sequence[str], targets: Sequence[str]) -> None:
         if isinstance(predictions, str) or isinstance(targets, str):
@@ -79,7 +82,7 @@ class TextSimilarity(Metric):
         embeddings = self._encode([str(t) for t in predictions] + [str(t) for t in targets])
         n = len(predictions)
         sims = cosine_similarity(embeddings[:n], embeddings[n:])
-        self._sum += float(sims.sum())
+        self._sum = exact_add(self._sum, sims.tolist())
         self.n += n
 
     def update_from_samples(self, outputs: Sequence[str], samples: Sequence[Any]) -> None:
@@ -88,5 +91,11 @@ class TextSimilarity(Metric):
             raise ShiftbenchError("text_similarity needs a reference caption on every sample")
         self.update(outputs, references)
 
+    def merge(self, other: "TextSimilarity") -> "TextSimilarity":
+        self.check_mergeable(other)
+        self._sum = exact_add(self._sum, other._sum)
+        self.n += other.n
+        return self
+
     def compute(self) -> dict[str, float]:
-        return {self.name: self._sum / self.n if self.n else float("nan")}
+        return {self.name: exact_value(self._sum) / self.n if self.n else float("nan")}
