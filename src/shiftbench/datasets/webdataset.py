@@ -195,7 +195,7 @@ class WebDatasetShards(ReaderDataset):
         try:
             with tarfile.open(path, mode="r:") as tar:
                 for member in tar:
-                    _check_member(name, member.name)
+                    _check_member(f"{name}.tar", member.name)
                     if not member.isfile():
                         continue
                     base = member.name.rpartition("/")[2]
