@@ -120,9 +120,9 @@ class RayEngine(Engine):
         self.ray = ray
         self.verbose = bool(os.environ.get(VERBOSE_ENV)) if verbose is None else verbose
         self.started = False
+        if address not in (None, "", "auto"):
+            check_reachable(address)
         if not ray.is_initialized():
-            if address not in (None, "", "auto"):
-                check_reachable(address)
             with _quiet(not self.verbose):
                 # ERROR, not WARNING: Ray warns about its token setup on every start, which is not the user's business
                 options: dict[str, Any] = dict(log_to_driver=self.verbose, configure_logging=True,
@@ -177,12 +177,11 @@ class RayEngine(Engine):
         """Long-lived actors (created once per engine, reused by every model stage): one replica each."""
         size = max(1, size)
         if len(self._actors) < size:
-            replica = self.ray.remote(_Replica).options(num_gpus=1, num_cpus=0) if self.gpus else \
-                self.ray.remote(_Replica).options(num_cpus=1)
-            # max_restarts: a killed actor process is restarted and its unit retried, so a lost worker
-            # costs that unit's time, not the run
-            self._actors += [replica.options(max_restarts=3, max_task_retries=3).remote()
-                             for _ in range(size - len(self._actors))]
+            # one GPU per replica where the cluster has GPUs, else one CPU; max_restarts: a killed actor
+            # process is restarted and its unit retried, so a lost worker costs that unit's time, not the run
+            resources = dict(num_gpus=1, num_cpus=0) if self.gpus else dict(num_cpus=1)
+            replica = self.ray.remote(_Replica).options(max_restarts=3, max_task_retries=3, **resources)
+            self._actors += [replica.remote() for _ in range(size - len(self._actors))]
         return self._actors[:size]
 
     def _get(self, ref: Any) -> Any:

@@ -349,6 +349,10 @@ def generate(
         raise ShiftbenchError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if address and engine != "ray":
         raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+    if engine == "ray" and address and address != "auto":
+        from .engines import check_reachable
+
+        check_reachable(address)  # before any work: a wrong address is one line in seconds
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
     if fmt not in ("png", "jpeg"):
