@@ -144,6 +144,8 @@ class RayEngine(Engine):
 
     def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
         ray = self.ray
+        if not units:
+            return  # no actor is started for a stage with nothing to do
         if stage == "model":
             actors = self._pool(min(len(units), self.gpus or self.cpus))
             free = deque(actors)
