@@ -232,7 +232,8 @@ def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], re
         try:
             outs, params = run([item])
         except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
-            reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
+            text = str(exc).strip()
+            reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
             if job.on_error != "skip":
                 raise ShiftbenchError(f"generate: shift {job.shift!r} (severity {job.severity}) failed on sample "
                                       f"{item.id}: {reason}") from None
@@ -338,8 +339,8 @@ def generate(
     the worker count or the shard size.
 
     Returns counts: ``written`` (outputs made now), ``skipped`` (already done by an earlier,
-    interrupted run), ``total`` (manifest records) and ``unreadable`` (source files left out by
-    ``on_error="skip"``).
+    interrupted run), ``total`` (manifest records) and ``unreadable`` (source files, and samples the
+    shift failed on, left out by ``on_error="skip"``).
     """
     from ..datasets import reader_kwargs
 
