@@ -120,11 +120,14 @@ def test_a_sample_the_shift_fails_on_is_named_or_skipped(ray_cluster, tmp_path):
 
 def test_cli_on_ray_is_quiet_and_a_failure_is_one_line(ray_cluster, tmp_path):
     address = ray_cluster["address"]
+    # no --address: the command starts its own local cluster (2 CPUs) and stops it at the end
     ok = cli("generate", "--dataset", "_test_tiny", "--shift", "_test_noise", "--severity", "1-2", "--out",
-             str(tmp_path / "ok"), "--engine", "ray", "--address", address, "--shard-size", "8")
+             str(tmp_path / "ok"), "--engine", "ray", "--workers", "2", "--shard-size", "8")
     assert ok.returncode == 0, ok.stderr
-    assert ok.stderr == ""  # none of Ray's own log lines
+    assert ok.stderr == ""  # none of Ray's own log lines (start-up notices, token warnings, worker output)
     assert "wrote 40 outputs" in ok.stdout
+    generate("_test_tiny", ["_test_noise"], [1, 2], tmp_path / "local")
+    assert tree_bytes(tmp_path / "ok") == tree_bytes(tmp_path / "local")
     bad = cli("generate", "--dataset", "_test_tiny", "--shift", "_test_modeled", "--severity", "1", "--out",
               str(tmp_path / "bad"), "--engine", "ray", "--address", address, "--param", "fail_on=img003")
     assert bad.returncode == 2
@@ -172,3 +175,40 @@ def test_outputs_replay_from_the_manifest(ray_cluster, tmp_path):
     for rec in records[::5]:
         expected = shift.replay(TinyDataset().load(rec["index"]), rec["params"]).image
         assert np.array_equal(load_image(tmp_path / "o" / rec["output"]), expected)
+
+
+def test_a_killed_ray_worker_is_replaced_and_nothing_is_lost_or_doubled(ray_cluster, tmp_path):
+    # SIGKILL the actor process that holds the model (its pid is the one that logged the load) mid-run:
+    # Ray restarts the actor and retries its shard; the outputs are those of an undisturbed run
+    import threading
+
+    args = ("_test_tiny", ["_test_modeled"], [1, 2, 3])
+    params = {"delay": 0.05}
+    generate(*args, tmp_path / "ref", seed=4, shift_params=params, workers=2)
+    log_file: Path = ray_cluster["load_log"]
+    before = len(log_file.read_text().split())
+    killed: list[int] = []
+
+    def kill_first_loader() -> None:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            pids = log_file.read_text().split()[before:]
+            if pids:
+                time.sleep(0.3)  # let it get into a shard
+                os.kill(int(pids[0]), signal.SIGKILL)
+                killed.append(int(pids[0]))
+                return
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_first_loader)
+    killer.start()
+    summary = generate(*args, tmp_path / "out", seed=4, shift_params=params, engine="ray", shard_size=4)
+    killer.join()
+    assert killed, "no actor was killed"
+    loads = log_file.read_text().split()[before:]
+    # two actors loaded the model, and the killed one's replacement (a new process) loaded it again
+    assert str(killed[0]) in loads and len(set(loads)) == len(loads) == 3
+    assert summary == {"written": 60, "skipped": 0, "total": 60, "unreadable": 0}
+    records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    assert len({(r["severity"], r["index"]) for r in records}) == len(records) == 60
+    assert tree_bytes(tmp_path / "out") == tree_bytes(tmp_path / "ref")
