@@ -237,7 +237,6 @@ def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], re
             if job.on_error != "skip":
                 raise ShiftbenchError(f"generate: shift {job.shift!r} (severity {job.severity}) failed on sample "
                                       f"{item.id}: {reason}") from None
-            log.warning(f"skipped sample {item.id}: shift {job.shift!r} (severity {job.severity}) failed: {reason}")
             records.append({"index": index, "id": item.id, "shift": job.shift, "severity": job.severity,
                             "seed": job.seed, "skipped": reason})
             continue
@@ -265,7 +264,6 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
         except ImageError as exc:  # decodes badly although its header passed the screen
             if job.on_error != "skip":
                 raise
-            log.warning(f"skipped unreadable image: {exc}")
             records.append({"index": i, "id": dataset.sample_id(i), "shift": job.shift, "severity": job.severity,
                             "seed": job.seed, "skipped": str(exc)})
     if shift.kind != "text":
@@ -429,6 +427,9 @@ def generate(
         def record_all(records: list[dict]) -> None:
             nonlocal written
             for record in records:
+                if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
+                    log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
+                                f"{record['severity']}): {record['skipped']}")
                 journal.write(json.dumps(record, sort_keys=True) + "\n")
                 done[(record["shift"], record["severity"], record["index"])] = record
             journal.flush()
