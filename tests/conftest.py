@@ -48,3 +48,35 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """ONE local Ray cluster (2 CPUs) for the whole test session; yields its address.
+
+    Its workers are fresh processes: they get this checkout's sources and the tests folder on their path
+    (so the tests' registered datasets and shifts import by name), and a file where the test shift with
+    a "model" logs each load (tiny_registry.LOAD_LOG_ENV). Shut down at the end of the session.
+    """
+    import logging
+    import os
+    from pathlib import Path
+
+    import ray
+
+    here = Path(__file__).resolve().parent
+    load_log = tmp_path_factory.mktemp("ray") / "loads.txt"
+    load_log.touch()
+    path = os.pathsep.join([str(here), str(here.parent / "src"), os.environ.get("PYTHONPATH", "")])
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SHIFTBENCH_TEST_LOAD_LOG")}
+    os.environ.update(PYTHONPATH=path, SHIFTBENCH_TEST_LOAD_LOG=str(load_log))  # inherited by the workers
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    try:
+        yield {"address": ray.get_runtime_context().gcs_address, "load_log": load_log}
+    finally:
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -222,3 +222,20 @@ def test_generated_root_is_named_for_what_it_is(tmp_path):
     generate("_test_tiny", ["_test_noise"], [1], tmp_path / "out", limit=4)
     with pytest.raises(ShiftbenchError, match="shiftbench generate output.*_test_noise/1"):
         sb.load_dataset(str(tmp_path / "out"))
+
+
+def test_a_sample_the_shift_fails_on_is_named_by_the_local_engine_too(tmp_path, caplog):
+    with pytest.raises(ShiftbenchError, match=r"shift '_test_modeled' \(severity 3\) failed on sample img012: "
+                                              r"RuntimeError: cannot paint img012$"):
+        generate("_test_tiny", ["_test_modeled"], [3], tmp_path / "a", workers=2, shard_size=3,
+                 shift_params={"fail_on": "img012"})
+    # the shards that finished (the others were running or done when it failed) are in the journal
+    journal = [json.loads(line) for line in (tmp_path / "a" / "manifest.partial.jsonl").read_text().splitlines()]
+    assert journal and "img012" not in {r["id"] for r in journal}
+    assert all((tmp_path / "a" / r["output"]).exists() for r in journal)
+    with caplog.at_level("WARNING", logger="shiftbench"):
+        summary = generate("_test_tiny", ["_test_modeled"], [3], tmp_path / "b", on_error="skip",
+                           shift_params={"fail_on": "img012"})
+    assert summary["written"] == 19 and summary["unreadable"] == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "skipped sample img012 (shift '_test_modeled', severity 3): RuntimeError: cannot paint img012"]

@@ -88,7 +88,7 @@ def test_listing_does_not_import_heavy_backends():
     code = (
         "import sys, shiftbench as sb\n"
         "for kind in (sb.SHIFTS, sb.MODELS, sb.DATASETS, sb.METRICS): kind.names()\n"
-        "heavy = [m for m in ('torch', 'diffusers', 'transformers', 'onnxruntime') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'diffusers', 'transformers', 'onnxruntime', 'ray') if m in sys.modules]\n"
         "print(heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

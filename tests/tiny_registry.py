@@ -52,3 +52,57 @@ if "_test_tiny" not in DATASETS:
     DATASETS.add("_test_tiny", TinyDataset, description="tiny test dataset", size=20)
 if "_test_noise" not in SHIFTS:
     SHIFTS.add("_test_noise", TestNoise, description="test noise", group="_testgroup")
+
+
+# -- a shift that "loads a model": engine tests count its loads per process --------------------------
+LOAD_LOG_ENV = "SHIFTBENCH_TEST_LOAD_LOG"  # a file each process appends its pid to when it loads the model
+_MODEL: dict[str, np.ndarray] = {}
+
+
+class TestModeled(ImageShift):
+    """Noise through a process-wide "model" (a fixed array, loaded once per process like a real pipeline).
+
+    ``delay`` slows each sample (kill tests); ``fail_on`` makes the shift raise on that sample id.
+    """
+
+    name = "_test_modeled"
+
+    def __init__(self, delay: float = 0.0, fail_on: str | None = None):
+        self.delay, self.fail_on = float(delay), fail_on
+        self.config = {"delay": self.delay, "fail_on": fail_on}
+
+    def load_conditioning(self, sample):
+        self.model()
+
+    def model(self) -> np.ndarray:
+        if "weights" not in _MODEL:
+            import os
+
+            _MODEL["weights"] = np.random.default_rng(0).normal(0, 8.0, (64, 64, 3))
+            log_file = os.environ.get(LOAD_LOG_ENV)
+            if log_file:
+                with open(log_file, "a") as fh:
+                    fh.write(f"{os.getpid()}\n")
+        return _MODEL["weights"]
+
+    def image_params(self, image, severity, rng):
+        return {"gain": float(severity) * float(rng.uniform(0.5, 1.0))}
+
+    def apply_batch(self, samples, params):
+        for sample in samples:
+            if self.fail_on is not None and sample.id == self.fail_on:
+                raise RuntimeError(f"cannot paint {sample.id}")
+        return super().apply_batch(samples, params)
+
+    def apply_image(self, image, params):
+        import time
+
+        if self.delay:
+            time.sleep(self.delay)
+        h, w = image.shape[:2]
+        noise = np.resize(self.model(), (h, w, 3)) * params["gain"]
+        return np.clip(image + noise, 0, 255).astype(np.uint8)
+
+
+if "_test_modeled" not in SHIFTS:
+    SHIFTS.add("_test_modeled", TestModeled, description="test shift with a model", group="_testmodel")

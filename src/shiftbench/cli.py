@@ -225,9 +225,18 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=95, show_default=True)
 @click.option("--param", "params", multiple=True, help="Shift parameter KEY=VALUE (YAML value), repeatable.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-              help="Unreadable images: fail before any work, or skip them (logged, recorded in the manifest).")
+              help="Unreadable images or a sample the shift fails on: stop, naming it, or skip it (logged, "
+                   "recorded in the manifest).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: this machine (--workers processes); ray: Ray tasks per shard, model shifts on actors "
+                   "(pip install 'shiftbench[ray]').")
+@click.option("--address", default=None,
+              help="Ray cluster to join (HOST:PORT of its head); default: start a local one on --workers CPUs.")
+@click.option("--shard-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Sample indices per work unit (the outputs do not depend on it).")
 def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
-                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...], on_error: str) -> None:
+                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...], on_error: str,
+                 engine: str, address: str | None, shard_size: int) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
     from .engine.generate import generate, parse_severities, resolve_shifts
 
@@ -235,8 +244,9 @@ def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str,
     shift_params = _parse_params(params)
     summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
                        fmt=fmt, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True,
-                       on_error=on_error)
-    unreadable = f", {summary['unreadable']} unreadable source(s) skipped (see the manifest)" if summary["unreadable"] else ""
+                       on_error=on_error, engine=engine, address=address, shard_size=shard_size)
+    unreadable = (f", {summary['unreadable']} unreadable or failed sample(s) skipped (see the manifest)"
+                  if summary["unreadable"] else "")
     _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}")
 
 

@@ -33,7 +33,6 @@ import json
 import logging
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -119,6 +118,7 @@ class _Job:
     fmt: str
     jpeg_quality: int
     on_error: str = "fail"
+    modules: tuple[str, ...] = ()  # where the shift and dataset classes live: imported first on a fresh worker
 
 
 def output_relpath(dataset: Any, index: int, suffix: str) -> str:
@@ -209,10 +209,50 @@ def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
     return _worker_cache[key]
 
 
+def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], records: list[dict]):
+    """Draw and apply ``shift`` to ``items``: (indices, items, outputs, params) of those that succeed.
+
+    One failing sample is found by redoing the batch item by item (a batch equals its items one by one,
+    so the others' bytes do not change); it stops the run naming the sample and the shift, or with
+    ``on_error="skip"`` gets a ``{"skipped": reason}`` record and the rest go on.
+    """
+    def run(xs: list[Any]) -> tuple[list, list]:
+        params = [shift.draw(x, job.severity, job.seed) for x in xs]
+        if shift.kind == "text":
+            return [shift.apply(x, p) for x, p in zip(xs, params)], params
+        return shift.apply_batch(xs, params), params
+
+    try:
+        outs, params = run(items)
+        return indices, items, outs, params
+    except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
+        pass
+    kept: tuple[list, list, list, list] = ([], [], [], [])
+    for index, item in zip(indices, items):
+        try:
+            outs, params = run([item])
+        except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
+            text = str(exc).strip()
+            reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+            if job.on_error != "skip":
+                raise ShiftbenchError(f"generate: shift {job.shift!r} (severity {job.severity}) failed on sample "
+                                      f"{item.id}: {reason}") from None
+            records.append({"index": index, "id": item.id, "shift": job.shift, "severity": job.severity,
+                            "seed": job.seed, "skipped": reason})
+            continue
+        for bucket, value in zip(kept, (index, item, outs[0], params[0])):
+            bucket.append(value)
+    return kept
+
+
 def _run_job(job: _Job) -> list[dict[str, Any]]:
     """Shift one chunk of samples and write their outputs; returns their manifest records."""
+    import importlib
+
     from ..errors import ImageError
 
+    for module in job.modules:  # a fresh (Ray) worker registers the user's shift or dataset this way
+        importlib.import_module(module)
     dataset = _open_dataset(job.dataset, job.dataset_kwargs, job.limit)
     shift = SHIFTS.create(job.shift, **job.shift_params)
     records = []
@@ -224,18 +264,13 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
         except ImageError as exc:  # decodes badly although its header passed the screen
             if job.on_error != "skip":
                 raise
-            log.warning(f"skipped unreadable image: {exc}")
             records.append({"index": i, "id": dataset.sample_id(i), "shift": job.shift, "severity": job.severity,
                             "seed": job.seed, "skipped": str(exc)})
-    if shift.kind == "text":
-        params = [shift.draw(x, job.severity, job.seed) for x in items]
-        outs = [shift.apply(x, p) for x, p in zip(items, params)]
-    else:
+    if shift.kind != "text":
         for x in items:
             if getattr(x, "image", None) is None:
                 raise ShiftbenchError(f"shift {job.shift!r} needs images; record {x.id} has none")
-        params = [shift.draw(x, job.severity, job.seed) for x in items]
-        outs = shift.apply_batch(items, params)
+    indices, items, outs, params = _shift_items(shift, job, indices, items, records)
     base = Path(job.out) / job.shift / str(job.severity)
     suffix = ".png" if job.fmt == "png" else ".jpg"
     for index, item, out, p in zip(indices, items, outs, params):
@@ -290,15 +325,35 @@ def generate(
     dataset_kwargs: dict[str, Any] | None = None,
     progress: bool = False,
     on_error: str = "fail",
+    engine: str = "local",
+    address: str | None = None,
+    shard_size: int = CHUNK,
 ) -> dict[str, int]:
     """Apply each shift at each severity to every sample of ``dataset``; see the module docstring.
 
+    ``engine``: ``"local"`` (this machine, ``workers`` processes) or ``"ray"`` (Ray tasks per shard of
+    ``shard_size`` sample indices, model-loading shifts on a pool of actors; ``address`` joins an existing
+    cluster, none starts a local one on ``workers`` CPUs). The bytes written do not depend on the engine,
+    the worker count or the shard size.
+
     Returns counts: ``written`` (outputs made now), ``skipped`` (already done by an earlier,
-    interrupted run), ``total`` (manifest records) and ``unreadable`` (source files left out by
-    ``on_error="skip"``).
+    interrupted run), ``total`` (manifest records) and ``unreadable`` (source files, and samples the
+    shift failed on, left out by ``on_error="skip"``).
     """
     from ..datasets import reader_kwargs
 
+    from .engines import ENGINES
+
+    if engine not in ENGINES:
+        raise ShiftbenchError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if address and engine != "ray":
+        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+    if engine == "ray" and address and address != "auto":
+        from .engines import check_reachable
+
+        check_reachable(address)  # before any work: a wrong address is one line in seconds
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
     if fmt not in ("png", "jpeg"):
         raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
     out = Path(out)
@@ -312,15 +367,19 @@ def generate(
         raise ShiftbenchError(f"dataset {dataset!r} has no samples")
 
     plan: list[tuple[str, int]] = []
+    uses_model: dict[str, bool] = {}
+    modules = {m for m in (type(ds).__module__, type(base_of(ds)).__module__)}
     for name in shifts:
         shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
+        uses_model[name] = shift.uses_model
+        modules.add(type(shift).__module__)
         for severity in severities:
             shift.check_severity(severity)
             plan.append((name, int(severity)))
     if any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
         check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
         check_annotations_kept(ds, shifts, str(dataset))
-    base = getattr(ds, "base", ds)  # a limit wraps the reader; its screen saw every file
+    base = base_of(ds)  # a limit wraps the reader; its screen saw every file
     unreadable = [{"source": name, "skipped": reason} for name, reason in getattr(base, "skipped", [])]
 
     config = {"dataset": str(dataset), "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
@@ -345,6 +404,8 @@ def generate(
     for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
         if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
             done[(record["shift"], record["severity"], record["index"])] = record
+    # only modules a worker can import by name; shiftbench's own register themselves on import
+    user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
     jobs = []
     skipped = 0
     for name, severity in plan:
@@ -355,9 +416,10 @@ def generate(
                 skipped += 1
             else:
                 todo.append(i)
-        for start in range(0, len(todo), CHUNK):
+        for start in range(0, len(todo), shard_size):
             jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
-                             tuple(todo[start:start + CHUNK]), seed, str(out), fmt, jpeg_quality, on_error))
+                             tuple(todo[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
+                             user_modules))
 
     written = 0
     total = sum(len(j.indices) for j in jobs)
@@ -365,6 +427,9 @@ def generate(
         def record_all(records: list[dict]) -> None:
             nonlocal written
             for record in records:
+                if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
+                    log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
+                                f"{record['severity']}): {record['skipped']}")
                 journal.write(json.dumps(record, sort_keys=True) + "\n")
                 done[(record["shift"], record["severity"], record["index"])] = record
             journal.flush()
@@ -372,19 +437,27 @@ def generate(
             written += sum("skipped" not in r for r in records)
             advance(len(records))
 
-        if workers <= 1 or len(jobs) <= 1:
-            for job in jobs:
-                record_all(_run_job(job))
-        else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                for records in pool.map(_run_job, jobs):
-                    record_all(records)
+        if jobs:
+            from .engines import make_engine
+
+            # the driver (this process) is the only writer of the journal and the manifest; the engine's
+            # workers write only their own output files, each through a temporary file and a rename
+            with make_engine(engine, workers=workers, address=address) as runner:
+                for stage in ("cpu", "model"):
+                    staged = [j for j in jobs if uses_model[j.shift] == (stage == "model")]
+                    for _, records in runner.imap(_run_job, staged, stage=stage):
+                        record_all(records)
 
     _write_indexes(ds, out, plan, done)
     _finalise_manifest(out, done, unreadable)
     failed = {r["index"] for r in done.values() if "skipped" in r}
     return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
             "unreadable": len(unreadable) + len(failed)}
+
+
+def base_of(dataset: Any) -> Any:
+    """The reader below a ``limit`` wrapper (the wrapper keeps it as ``base``)."""
+    return getattr(dataset, "base", dataset)
 
 
 def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]],

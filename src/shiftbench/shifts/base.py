@@ -125,6 +125,15 @@ class Shift:
         raises now the error the first real call would. ``shiftbench evaluate --dry-run`` and the
         runner's setup call it. Shifts without conditioning need nothing."""
 
+    @property
+    def uses_model(self) -> bool:
+        """Whether this shift loads a model to run (a mask provider, a diffusion pipeline, a captioner).
+
+        Engines run such shifts on long-lived workers (one model replica each, on a GPU where there is
+        one) instead of short tasks, so the model loads once per worker. A shift that overrides
+        ``load_conditioning`` is taken to load something; override this to say otherwise."""
+        return type(self).load_conditioning is not Shift.load_conditioning
+
     def replay(self, x: Any, params: dict[str, Any]) -> Any:
         """Rebuild a shifted output from recorded params (same kind out as in)."""
         sample, unwrap = self._wrap(x, None)

@@ -74,6 +74,11 @@ class AttributeShift(Shift):
             self.config.update(model=model, controlnet=controlnet, steps=int(steps), guidance=float(guidance), device=device)
         self._editor = None
 
+    @property
+    def uses_model(self) -> bool:
+        """The diffusion backend loads a pipeline; the classic edits are plain array code."""
+        return self.backend == "diffusion"
+
     # -- params -------------------------------------------------------------------------------
     def sample_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         if self.backend == "diffusion":

@@ -1,0 +1,280 @@
+"""Where work units run: the ``local`` engine (this process or a process pool) and the ``ray`` engine.
+
+A runner (generate today; evaluate next) turns its work into units, each a picklable argument for a
+module-level function, and asks an engine for their results. Units are independent (per-sample seeds),
+so the engine may run them anywhere and in any order; the runner stays the only writer of its outputs'
+index (the journal, the manifest, the store), and orders what it writes itself.
+
+Two stages: ``"cpu"`` units run as plain tasks; ``"model"`` units (shifts that load a model: diffusion
+inpainting, SAM or u2netp masks, diffusion attribute edits) run on a pool of long-lived workers (Ray
+actors, one model replica each, ``num_gpus=1`` where the cluster has GPUs), so a model loads once per
+worker and not once per unit. The process-level caches of the shifts (``load_components``, the mask
+providers) keep the replica loaded between units.
+
+Ray is optional (``pip install shiftbench[ray]``) and imported only here, only when the ray engine is
+chosen, so ``import shiftbench`` and the local engine never load it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import ShiftbenchError
+
+ENGINES = ("local", "ray")
+CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
+VERBOSE_ENV = "SHIFTBENCH_RAY_VERBOSE"  # set to 1 to let Ray's own log lines through to the terminal
+log = logging.getLogger("shiftbench.engine")
+
+
+class Engine:
+    """Runs units of work; ``imap`` yields ``(unit, result)`` pairs as they finish.
+
+    If a unit raises, the engine stops starting new units, still yields the results of the units that
+    were already running (so the runner keeps what was finished), then raises the first error.
+    """
+
+    name = "base"
+
+    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the engine started (a pool, a local Ray cluster); a no-op for what it found."""
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class LocalEngine(Engine):
+    """This process (``workers=1``) or a pool of ``workers`` processes on this machine; needs nothing extra."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, int(workers))
+
+    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        if self.workers <= 1 or len(units) <= 1:
+            for unit in units:
+                yield unit, fn(unit)
+            return
+        # a bounded window of submitted units: a huge plan is never all queued at once
+        with ProcessPoolExecutor(max_workers=self.workers) as pool:
+            yield from _windowed(units, 2 * self.workers, lambda u: pool.submit(fn, u), _wait_futures,
+                                 lambda f: f.result())
+
+
+def _wait_futures(pending: list) -> tuple[list, list]:
+    done, rest = wait(pending, return_when=FIRST_COMPLETED)
+    return [f for f in pending if f in done], [f for f in pending if f not in done]
+
+
+def _windowed(units: Sequence[Any], window: int, submit: Callable, wait_some: Callable,
+              result: Callable) -> Iterator[tuple[Any, Any]]:
+    """Keep at most ``window`` units running; yield each result as it comes; on an error, drain the
+    running ones (their results are yielded: finished work is never lost), then raise the first error."""
+    queue = deque(units)
+    running: dict[Any, Any] = {}
+    error: BaseException | None = None
+    while queue or running:
+        while queue and error is None and len(running) < window:
+            unit = queue.popleft()
+            running[submit(unit)] = unit
+        done, _ = wait_some(list(running))
+        for handle in done:
+            unit = running.pop(handle)
+            try:
+                value = result(handle)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the running units drain
+                if error is None:
+                    error = exc
+                continue
+            yield unit, value
+        if error is not None:
+            queue.clear()
+    if error is not None:
+        raise error
+
+
+class RayEngine(Engine):
+    """Units as Ray tasks (``"cpu"`` stage) or on a pool of Ray actors (``"model"`` stage).
+
+    ``address``: an existing cluster (``host:port``, ``auto``, ``ray://host:port``); None starts a local
+    one on ``workers`` CPUs (every CPU when None) and shuts it down on ``close``. A cluster that is
+    already initialised in this process (``ray.init`` called by the user or a test) is used as it is.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None, verbose: bool | None = None):
+        ray = import_ray()
+        self.ray = ray
+        self.verbose = bool(os.environ.get(VERBOSE_ENV)) if verbose is None else verbose
+        self.started = False
+        if address not in (None, "", "auto"):
+            check_reachable(address)
+        if not ray.is_initialized():
+            with _quiet(not self.verbose):
+                # ERROR, not WARNING: Ray warns about its token setup on every start, which is not the user's business
+                options: dict[str, Any] = dict(log_to_driver=self.verbose, configure_logging=True,
+                                               logging_level=logging.INFO if self.verbose else logging.ERROR)
+                if address:
+                    options["address"] = address
+                else:
+                    options.update(num_cpus=int(workers) if workers else os.cpu_count(), include_dashboard=False)
+                try:
+                    ray.init(**options)
+                except (ConnectionError, RuntimeError, TimeoutError) as exc:
+                    raise ShiftbenchError(f"--address {address}: could not join a Ray cluster ({_first_line(exc)})") from None
+            self.started = True
+        resources = ray.cluster_resources()
+        self.cpus = max(1, int(resources.get("CPU", 1)))
+        self.gpus = int(resources.get("GPU", 0))
+        self._tasks: dict[Callable, Any] = {}
+        self._actors: list[Any] = []
+
+    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        ray = self.ray
+        if not units:
+            return  # no actor is started for a stage with nothing to do
+        if stage == "model":
+            actors = self._pool(min(len(units), self.gpus or self.cpus))
+            free = deque(actors)
+            busy: dict[Any, Any] = {}
+
+            def submit(unit: Any) -> Any:
+                actor = free.popleft()
+                ref = actor.run.remote(fn, unit)
+                busy[ref] = actor
+                return ref
+
+            def wait_some(refs: list) -> tuple[list, list]:
+                done, rest = ray.wait(refs, num_returns=1)
+                for ref in done:
+                    free.append(busy.pop(ref))
+                return done, rest
+
+            yield from _windowed(units, len(actors), submit, wait_some, self._get)
+            return
+        if fn not in self._tasks:
+            self._tasks[fn] = ray.remote(num_cpus=1, max_retries=3)(_call)
+        task = self._tasks[fn]
+
+        def wait_cpu(refs: list) -> tuple[list, list]:
+            done, rest = ray.wait(refs, num_returns=1)
+            return done, rest
+
+        yield from _windowed(units, 2 * self.cpus, lambda u: task.remote(fn, u), wait_cpu, self._get)
+
+    def _pool(self, size: int) -> list[Any]:
+        """Long-lived actors (created once per engine, reused by every model stage): one replica each."""
+        size = max(1, size)
+        if len(self._actors) < size:
+            # one GPU per replica where the cluster has GPUs, else one CPU; max_restarts: a killed actor
+            # process is restarted and its unit retried, so a lost worker costs that unit's time, not the run
+            resources = dict(num_gpus=1, num_cpus=0) if self.gpus else dict(num_cpus=1)
+            replica = self.ray.remote(_Replica).options(max_restarts=3, max_task_retries=3, **resources)
+            self._actors += [replica.remote() for _ in range(size - len(self._actors))]
+        return self._actors[:size]
+
+    def _get(self, ref: Any) -> Any:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ShiftbenchError):
+                raise cause from None  # the worker's own one-line message, not Ray's traceback
+            if cause is not None:
+                raise ShiftbenchError(f"a Ray worker failed: {type(cause).__name__}: {_first_line(cause)}") from None
+            raise ShiftbenchError(f"a Ray worker failed: {_first_line(exc)}") from None
+
+    def close(self) -> None:
+        for actor in self._actors:
+            self.ray.kill(actor)
+        self._actors = []
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
+
+
+def _call(fn: Callable[[Any], Any], unit: Any) -> Any:
+    return fn(unit)
+
+
+class _Replica:
+    """A Ray actor that runs units in one long-lived process, so what they load stays loaded."""
+
+    def run(self, fn: Callable[[Any], Any], unit: Any) -> Any:
+        return fn(unit)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ShiftbenchError("the ray engine needs Ray: pip install 'shiftbench[ray]' (or use --engine local)") from None
+    return ray
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within ``timeout`` seconds, an address where nothing listens (Ray itself retries for a minute)."""
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ShiftbenchError(f"--address {address!r}: expected HOST:PORT of a Ray cluster's head (e.g. 10.0.0.1:6379)")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        raise ShiftbenchError(f"--address {address}: no Ray cluster answers there ({reason}); start one with "
+                              "`ray start --head` or leave --address out to start a local one") from None
+
+
+def make_engine(engine: str = "local", workers: int = 1, address: str | None = None) -> Engine:
+    """``local`` or ``ray``; an address is only for the ray engine."""
+    if engine not in ENGINES:
+        raise ShiftbenchError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "local":
+        if address:
+            raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+        return LocalEngine(workers)
+    return RayEngine(address=address, workers=workers if workers > 1 else None)
+
+
+class _quiet:
+    """Ray's own loggers at ERROR while it starts (its token and resource notices are not the user's business)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self) -> None:
+        self.saved = []
+        if self.enabled:
+            for name in ("ray", "ray._private", "ray.worker"):
+                logger = logging.getLogger(name)
+                self.saved.append((logger, logger.level))
+                logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: Any) -> None:
+        for logger, level in self.saved:
+            logger.setLevel(level)
+
+
+def _first_line(exc: BaseException | str) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
