@@ -220,8 +220,14 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
-@click.option("--format", "fmt", type=click.Choice(["png", "jpeg"]), default="png", show_default=True,
-              help="Image format of the outputs; JPEG is lossy and recorded in the manifest.")
+@click.option("--format", "layout", type=click.Choice(["folder", "webdataset", "parquet", "png", "jpeg"]),
+              default="folder", show_default=True,
+              help="Output layout: folder (the mirrored tree), webdataset (tar shards) or parquet, each with the "
+                   "manifest; png / jpeg (kept for older commands) mean folder with that --image-format.")
+@click.option("--image-format", "fmt", type=click.Choice(["png", "jpeg"]), default=None,
+              help="Image encoding [default: png]; JPEG is lossy and recorded in the manifest.")
+@click.option("--shard-samples", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Samples per webdataset / parquet shard.")
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=95, show_default=True)
 @click.option("--param", "params", multiple=True, help="Shift parameter KEY=VALUE (YAML value), repeatable.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
@@ -235,15 +241,19 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @click.option("--shard-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sample indices per work unit (the outputs do not depend on it).")
 def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
-                 limit: int | None, fmt: str, jpeg_quality: int, params: tuple[str, ...], on_error: str,
-                 engine: str, address: str | None, shard_size: int) -> None:
+                 limit: int | None, layout: str, fmt: str | None, shard_samples: int, jpeg_quality: int,
+                 params: tuple[str, ...], on_error: str, engine: str, address: str | None, shard_size: int) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
     from .engine.generate import generate, parse_severities, resolve_shifts
 
+    if layout in ("png", "jpeg"):  # the option's older meaning: an image folder in that encoding
+        if fmt is not None and fmt != layout:
+            raise ShiftbenchError(f"--format {layout} and --image-format {fmt} disagree; give one of them")
+        layout, fmt = "folder", layout
     names = resolve_shifts(shifts)
     shift_params = _parse_params(params)
     summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
-                       fmt=fmt, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True,
+                       fmt=fmt or "png", layout=layout, shard_samples=shard_samples, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True,
                        on_error=on_error, engine=engine, address=address, shard_size=shard_size)
     unreadable = (f", {summary['unreadable']} unreadable or failed sample(s) skipped (see the manifest)"
                   if summary["unreadable"] else "")

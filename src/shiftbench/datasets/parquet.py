@@ -16,7 +16,8 @@ stay inside it); the label column holds integers (with ``ClassLabel`` names in t
 metadata, when present) or class names. Both are detected, from the features metadata (``Image`` /
 ``ClassLabel``), else by type and name (``image``, ``img``; ``label``, ``labels``, ``class`` ...), and can
 be named (``image_column=``, ``label_column=``; ``label_column=False`` reads images without labels). An
-optional ``id_column`` gives the ids (unique values), else ids are ``<file without suffix>/<row>``
+optional ``id_column`` gives the ids (unique values; files written by ``shiftbench generate --format parquet``
+name theirs in the schema's ``shiftbench`` metadata, used when none is given), else ids are ``<file without suffix>/<row>``
 (``train-00000-of-00004/17``, ``data-00000-of-00001/17``); ``caption_column`` a caption.
 
 Memory: only the label (and id) columns are read at construction. Arrow files are memory-mapped, so a
@@ -139,6 +140,8 @@ class ParquetImages(ReaderDataset):
             if part.schema.names != columns.names:
                 raise ShiftbenchError(f"parquet: {part.path} has columns {', '.join(part.schema.names)}, "
                                       f"{self._parts[0].path} has {', '.join(columns.names)}")
+        if id_column is None:  # files written by ``generate --format parquet`` name their id column
+            id_column = self._declared_id_column(columns)
         self.image_column = self._image_column(image_column, columns, features)
         self.label_column = self._label_column(label_column, columns, features)
         for name, what in ((id_column, "id_column"), (caption_column, "caption_column")):
@@ -258,6 +261,16 @@ class ParquetImages(ReaderDataset):
             return root, [(arrows[0], arrows[0].stem)], "arrow", {}
         raise ShiftbenchError(f"parquet: no .parquet files, datasets save_to_disk folder (state.json) or single "
                               f".arrow file under {root}")
+
+    @staticmethod
+    def _declared_id_column(schema: Any) -> str | None:
+        """The id column a ``shiftbench`` schema metadata entry names (``{"id_column": "id"}``), if it exists."""
+        raw = (schema.metadata or {}).get(b"shiftbench")
+        try:
+            name = json.loads(raw).get("id_column") if raw else None
+        except (ValueError, AttributeError):
+            return None
+        return name if isinstance(name, str) and name in schema.names else None
 
     @staticmethod
     def _describe(schema: Any) -> str:

@@ -119,6 +119,7 @@ class _Job:
     jpeg_quality: int
     on_error: str = "fail"
     modules: tuple[str, ...] = ()  # where the shift and dataset classes live: imported first on a fresh worker
+    layout: str = "folder"  # folder: the worker writes each file; webdataset/parquet: it returns encoded bytes
 
 
 def output_relpath(dataset: Any, index: int, suffix: str) -> str:
@@ -172,6 +173,20 @@ def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
     else:
         img.save(tmp, format="JPEG", quality=quality, subsampling=0)
     os.replace(tmp, path)
+
+
+def _encoded(image: np.ndarray, fmt: str, quality: int) -> bytes:
+    """The bytes ``_encode`` would write, in memory (same encoder settings: a shard's PNG is the folder's PNG)."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    if fmt == "png":
+        Image.fromarray(image).save(buf, format="PNG", compress_level=6)
+    else:
+        Image.fromarray(image).save(buf, format="JPEG", quality=quality, subsampling=0)
+    return buf.getvalue()
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -286,6 +301,17 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
             record["converted_from"] = meta["converted_from"]
         if shift.kind == "text":
             record["text"] = getattr(out, "text", None) if hasattr(out, "reference") else out.caption
+        elif job.layout != "folder":  # the driver writes the shard once all of its samples are back
+            from .shards import sample_key
+
+            record["_image"] = _encoded(out.image, job.fmt, job.jpeg_quality)
+            record["key"] = sample_key(item.id)
+            if getattr(out, "label", None) is not None and int(out.label) >= 0:
+                record["label"] = int(out.label)
+                record["class_name"] = out.class_name
+            if getattr(out, "caption", None):
+                record["caption"] = out.caption
+            record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
         else:
             rel = output_relpath(dataset, index, suffix)
             path = base / rel
@@ -328,6 +354,8 @@ def generate(
     engine: str = "local",
     address: str | None = None,
     shard_size: int = CHUNK,
+    layout: str = "folder",
+    shard_samples: int = 1000,
 ) -> dict[str, int]:
     """Apply each shift at each severity to every sample of ``dataset``; see the module docstring.
 
@@ -335,6 +363,10 @@ def generate(
     ``shard_size`` sample indices, model-loading shifts on a pool of actors; ``address`` joins an existing
     cluster, none starts a local one on ``workers`` CPUs). The bytes written do not depend on the engine,
     the worker count or the shard size.
+
+    ``layout``: ``"folder"`` (the mirrored tree above), ``"webdataset"`` (tar shards) or ``"parquet"``
+    (Parquet files) of at most ``shard_samples`` samples each, with the manifest records inside; see
+    :mod:`shiftbench.engine.shards`. ``fmt`` (png or jpeg) is the image encoding in every layout.
 
     Returns counts: ``written`` (outputs made now), ``skipped`` (already done by an earlier,
     interrupted run), ``total`` (manifest records) and ``unreadable`` (source files, and samples the
@@ -356,6 +388,13 @@ def generate(
         raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
     if fmt not in ("png", "jpeg"):
         raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
+    from .shards import LAYOUTS
+
+    if layout not in LAYOUTS:
+        raise ShiftbenchError(f"output format {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if isinstance(shard_samples, bool) or not isinstance(shard_samples, int) or shard_samples < 1:
+        raise ShiftbenchError(f"shard_samples must be a positive int, got {shard_samples!r}")
+    sharded = layout != "folder"
     out = Path(out)
     shift_params = dict(shift_params or {})
     # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
@@ -376,7 +415,14 @@ def generate(
         for severity in severities:
             shift.check_severity(severity)
             plan.append((name, int(severity)))
-    if any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
+    if sharded and any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):
+        from .shards import check_keys
+
+        if getattr(ds, "mirror_keeps", frozenset()):
+            raise ShiftbenchError(f"generate --format {layout}: {dataset} has annotation files (boxes, masks) that a "
+                                  f"{layout} shard does not hold (image + label only); use --format folder")
+        check_keys(ds)  # before any work: two samples never share a shard key
+    elif any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
         check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
         check_annotations_kept(ds, shifts, str(dataset))
     base = base_of(ds)  # a limit wraps the reader; its screen saw every file
@@ -384,6 +430,8 @@ def generate(
 
     config = {"dataset": str(dataset), "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
               "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
+    if sharded:  # a folder run's settings file stays as it was
+        config.update(layout=layout, shard_samples=shard_samples)
     out.mkdir(parents=True, exist_ok=True)
     config_path = out / CONFIG
     if config_path.exists():
@@ -408,24 +456,50 @@ def generate(
     user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
     jobs = []
     skipped = 0
+    sharded_plan = {(name, severity) for name, severity in plan
+                    if sharded and SHIFTS.entry(name).resolve().kind != "text"}
+
+    def is_done(name: str, severity: int, i: int) -> bool:
+        record = done.get((name, severity, i))
+        return record is not None and ("output" not in record or (out / record["output"]).exists())
+
     for name, severity in plan:
         todo = []
-        for i in range(n):
-            record = done.get((name, severity, i))
-            if record is not None and ("output" not in record or (out / record["output"]).exists()):
-                skipped += 1
-            else:
-                todo.append(i)
+        if (name, severity) in sharded_plan:  # a shard is redone whole unless every sample of it is done
+            for start in range(0, n, shard_samples):
+                block = range(start, min(n, start + shard_samples))
+                if all(is_done(name, severity, i) for i in block):
+                    skipped += len(block)
+                else:
+                    todo.extend(block)
+        else:
+            for i in range(n):
+                if is_done(name, severity, i):
+                    skipped += 1
+                else:
+                    todo.append(i)
         for start in range(0, len(todo), shard_size):
             jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
                              tuple(todo[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
-                             user_modules))
+                             user_modules, layout if (name, severity) in sharded_plan else "folder"))
+    classes = None
+    if sharded_plan:
+        from .shards import class_identifiers, write_classes
+
+        classes = class_identifiers(ds)
+        if layout == "webdataset":  # the tar reader finds the label space here; Parquet keeps it in its schema
+            for name, severity in sorted(sharded_plan):
+                write_classes(out / name / str(severity), classes)
+    # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
+    pending: dict[tuple[str, int, int], dict[int, dict]] = {}
 
     written = 0
     total = sum(len(j.indices) for j in jobs)
     with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
         def record_all(records: list[dict]) -> None:
             nonlocal written
+            advance(len(records))  # the unit is done, although its shard may be written later
+            records = _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
             for record in records:
                 if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
                     log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
@@ -435,7 +509,6 @@ def generate(
             journal.flush()
             os.fsync(journal.fileno())
             written += sum("skipped" not in r for r in records)
-            advance(len(records))
 
         if jobs:
             from .engines import make_engine
@@ -448,11 +521,54 @@ def generate(
                     for _, records in runner.imap(_run_job, staged, stage=stage):
                         record_all(records)
 
+    if pending:  # every job returned, so every shard is complete; anything left is a bug, never silently lost
+        raise ShiftbenchError(f"generate: {len(pending)} shard(s) incomplete after every job returned")
     _write_indexes(ds, out, plan, done)
     _finalise_manifest(out, done, unreadable)
     failed = {r["index"] for r in done.values() if "skipped" in r}
     return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
             "unreadable": len(unreadable) + len(failed)}
+
+
+def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dict[int, dict]], out: Path,
+                    layout: str, sharded_plan: set[tuple[str, int]], n: int, shard_samples: int, fmt: str,
+                    classes: Sequence[str] | None) -> list[dict]:
+    """Hold a work unit's records of sharded (shift, severity) pairs until their shard is complete, then write
+    the shard (temporary file + rename) and return its records for the journal; other records pass through.
+
+    Only the driver runs this, so it is the only writer of shards. Records are journaled after their shard is
+    in place, so a killed run's journal lists only complete shards (a resume redoes the others whole).
+    """
+    from .shards import parquet_bytes, shard_name, webdataset_bytes, write_atomic
+
+    ready = [r for r in records if (r["shift"], r["severity"]) not in sharded_plan]
+    touched = []
+    for record in records:
+        if (record["shift"], record["severity"]) in sharded_plan:
+            key = (record["shift"], record["severity"], record["index"] // shard_samples)
+            pending.setdefault(key, {})[record["index"]] = record
+            touched.append(key)
+    for key in dict.fromkeys(touched):
+        name, severity, number = key
+        held = pending[key]
+        if len(held) < min(n, (number + 1) * shard_samples) - number * shard_samples:
+            continue
+        shard = [held[i] for i in sorted(held)]
+        images = [r for r in shard if "_image" in r]
+        if images:  # a shard whose every sample was skipped (on_error="skip") has no file
+            rel = f"{name}/{severity}/{shard_name(layout, number)}"
+            for row, record in enumerate(images):
+                record["output"] = rel
+                if layout == "parquet":
+                    record["row"] = row
+            data = (webdataset_bytes(images, ".png" if fmt == "png" else ".jpg") if layout == "webdataset"
+                    else parquet_bytes(images, classes))
+            write_atomic(out / rel, data)
+            for record in images:
+                del record["_image"]
+        del pending[key]
+        ready.extend(shard)
+    return ready
 
 
 def base_of(dataset: Any) -> Any:
