@@ -156,3 +156,17 @@ def test_cli_format_and_bad_input(outputs, tmp_path):
         generate(str(src), ["pixelate"], [2], tmp_path / "x", layout="zip")
     with pytest.raises(ShiftbenchError, match="shard_samples must be a positive int"):
         generate(str(src), ["pixelate"], [2], tmp_path / "x", layout="webdataset", shard_samples=0)
+
+
+@pytest.mark.parametrize("layout", ["webdataset", "parquet"])
+def test_ray_engine_writes_the_local_engines_shards(ray_cluster, tmp_path, layout):
+    import tiny_registry  # noqa: F401  (_test_tiny, _test_noise, and _test_modeled: a shift run on actors)
+
+    shifts = ["_test_noise", "_test_modeled"]
+    generate("_test_tiny", shifts, [1, 4], tmp_path / "local", seed=3, layout=layout, shard_samples=6)
+    out = tmp_path / "ray"
+    summary = generate("_test_tiny", shifts, [1, 4], out, seed=3, workers=2, engine="ray", shard_size=4,
+                       layout=layout, shard_samples=6)
+    assert summary == {"written": 80, "skipped": 0, "total": 80, "unreadable": 0}
+    assert tree_bytes(out) == tree_bytes(tmp_path / "local")
+    assert len(list(out.rglob("*.tar" if layout == "webdataset" else "*.parquet"))) == 2 * 2 * 4  # 20 = 6+6+6+2
