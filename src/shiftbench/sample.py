@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import ImageError
 
-__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "image_error_reason", "to_mask", "content_id"]
+__all__ = ["Sample", "Query", "to_rgb_uint8", "load_image", "decode_image", "image_error_reason", "to_mask", "content_id"]
 
 
 def _where(source: Any) -> str:
@@ -171,18 +171,23 @@ def load_image(path: str | os.PathLike) -> np.ndarray:
     Any exception of the image library while opening or decoding becomes one :class:`ImageError`
     that names the file and the reason (see :func:`image_error_reason`).
     """
+    return decode_image(Path(path), Path(path))
+
+
+def decode_image(source: Any, name: Any) -> np.ndarray:
+    """An image file or file-like object as HxWx3 uint8 RGB (EXIF orientation applied); any decoder error
+    becomes one :class:`ImageError` naming ``name`` (a path, or a record such as ``shard.tar:key``)."""
     from PIL import Image, ImageOps
 
-    path = Path(path)
     try:
-        with Image.open(path) as img:
+        with Image.open(source) as img:
             img.load()
             img = ImageOps.exif_transpose(img)
-            return to_rgb_uint8(img, source=path)
+            return to_rgb_uint8(img, source=name)
     except ImageError:
         raise
     except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes one line
-        raise ImageError(f"{path}: {image_error_reason(exc)}") from None
+        raise ImageError(f"{name}: {image_error_reason(exc)}") from None
 
 
 def to_mask(mask: Any, shape: tuple[int, int], source: str | None = None) -> np.ndarray:

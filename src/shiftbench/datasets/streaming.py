@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ImageError, ShiftbenchError
 from ..labelspace import LabelSpace, recognize
-from ..sample import image_error_reason, to_rgb_uint8
+from ..sample import decode_image, image_error_reason
 from .common import BadImagesError, log, skipped_line
 from .imagenet import class_names as imagenet_class_names, imagenet_classes, wnid_to_index
 
@@ -45,17 +45,7 @@ __all__ = ["decode_image_bytes", "check_image_bytes", "LabelCoder", "read_classe
 def decode_image_bytes(data: bytes, source: str) -> np.ndarray:
     """Image bytes as HxWx3 uint8 RGB (EXIF orientation applied), exactly as ``load_image`` reads a file;
     any decoder error becomes one :class:`ImageError` naming ``source``."""
-    from PIL import Image, ImageOps
-
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            img = ImageOps.exif_transpose(img)
-            return to_rgb_uint8(img, source=source)
-    except ImageError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - decoders raise many types; each becomes one line
-        raise ImageError(f"{source}: {image_error_reason(exc)}") from None
+    return decode_image(io.BytesIO(data), source)
 
 
 def check_image_bytes(data: bytes | None, verify: str) -> str | None:
