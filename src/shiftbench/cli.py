@@ -135,8 +135,18 @@ def env_cmd(as_json: bool) -> None:
                    "Overrides the spec's on_error.")
 @click.option("--new-run", is_flag=True,
               help="Start a new run when the spec's run exists with other inputs (weights, data, ids, version).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default=None,
+              help="local: this process (default); ray: (condition, shard) units on Ray actors holding the models. "
+                   "Overrides the spec's engine; the rows are the same either way.")
+@click.option("--address", default=None,
+              help="Ray cluster to join (HOST:PORT of its head); default: start a local one on --workers CPUs.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="CPUs of the local Ray cluster the ray engine starts (default: all).")
+@click.option("--shard-size", type=click.IntRange(min=1), default=None,
+              help="Samples per unit of the ray engine (whole batches; default 256).")
 def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
-                 log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool) -> None:
+                 log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool, engine: str | None,
+                 address: str | None, workers: int | None, shard_size: int | None) -> None:
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
     from .spec import load_spec
 
@@ -153,7 +163,8 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         return
     from .engine.evaluate import evaluate
 
-    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run)
+    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run, engine=engine, address=address,
+                    workers=workers, shard_size=shard_size)
     if results_json:
         _write_json_atomic(Path(results_json), rows)
     _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""))

@@ -35,6 +35,8 @@ TOP_KEYS = {
     "on_error": "what an unreadable image does: fail (default: stop before any work, naming every file) or skip",
     "label_map": "dataset class -> model class (names, ids or indices): a mapping, or a file (YAML/JSON mapping, "
                  "or one 'dataset_class<TAB>model_class' per line)",
+    "engine": "where the work runs: local (default) or ray, or {name, address, workers, shard_size}; "
+              "not part of the run's identity (the rows do not depend on it)",
     "quality": "image-quality metrics of the shifted images (Pascal-EA; run by python -m shiftbench.report.pascal_ea)",
 }
 SHIFT_KEYS = {"name", "severities", "severity", "params"}
@@ -82,6 +84,7 @@ class Spec:
     source: str | None = None
     on_error: str = "fail"
     label_map: dict[str, str | int] | None = None
+    engine: dict[str, Any] | None = None  # {name, address, workers, shard_size}; left out of ``raw``
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -115,6 +118,36 @@ class Spec:
             # their identity
             **({"label_map": dict(self.label_map)} if self.label_map else {}),
         }
+
+
+ENGINE_KEYS = {"name", "address", "workers", "shard_size"}
+
+
+def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
+    """``engine: ray`` or ``engine: {name: ray, address: HOST:PORT, workers: N, shard_size: N}``."""
+    if value is None:
+        return None
+    where = _where(source, "engine")
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected local, ray or a mapping with {', '.join(sorted(ENGINE_KEYS))}; got {value!r}")
+    for key in value:
+        if key not in ENGINE_KEYS:
+            raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), sorted(ENGINE_KEYS))}")
+    name = value.get("name", "local")
+    if name not in ("local", "ray"):
+        raise SpecError(f"{where}.name: expected local or ray, got {name!r}")
+    for key in ("workers", "shard_size"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise SpecError(f"{where}.{key}: expected a positive integer, got {v!r}")
+    address = value.get("address")
+    if address is not None and not isinstance(address, str):
+        raise SpecError(f"{where}.address: expected HOST:PORT, got {address!r}")
+    if address and name != "ray":
+        raise SpecError(f"{where}.address: an address is for the ray engine (name: ray)")
+    return {"name": name, **{k: value[k] for k in ("address", "workers", "shard_size") if value.get(k) is not None}}
 
 
 def _where(source: str | None, key: str) -> str:
@@ -207,13 +240,14 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     if on_error not in ("fail", "skip"):
         raise SpecError(f"{_where(source, 'on_error')}: expected fail or skip, got {on_error!r}")
     label_map = _parse_label_map(spec.get("label_map"), source)
+    engine = _parse_engine(spec.get("engine"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
-        label_map=label_map,
+        label_map=label_map, engine=engine,
     )
     if check_names:
         _check_names(result, source)

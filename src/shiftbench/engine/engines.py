@@ -22,7 +22,7 @@ import os
 import socket
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ShiftbenchError
 
@@ -41,8 +41,13 @@ class Engine:
 
     name = "base"
 
-    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+    def imap(self, fn: Callable[[Any], Any], units: Iterable[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
         raise NotImplementedError
+
+    def share(self, value: Any) -> Any:
+        """A handle to ``value`` that units may carry, resolved on a worker by :func:`fetch`: on Ray, one copy
+        in the object store that every worker reads (a large setup is not pickled into every unit)."""
+        return value
 
     def close(self) -> None:
         """Release what the engine started (a pool, a local Ray cluster); a no-op for what it found."""
@@ -62,8 +67,8 @@ class LocalEngine(Engine):
     def __init__(self, workers: int = 1):
         self.workers = max(1, int(workers))
 
-    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
-        if self.workers <= 1 or len(units) <= 1:
+    def imap(self, fn: Callable[[Any], Any], units: Iterable[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+        if self.workers <= 1 or (hasattr(units, "__len__") and len(units) <= 1):  # type: ignore[arg-type]
             for unit in units:
                 yield unit, fn(unit)
             return
@@ -78,17 +83,24 @@ def _wait_futures(pending: list) -> tuple[list, list]:
     return [f for f in pending if f in done], [f for f in pending if f not in done]
 
 
-def _windowed(units: Sequence[Any], window: int, submit: Callable, wait_some: Callable,
+def _windowed(units: Iterable[Any], window: int, submit: Callable, wait_some: Callable,
               result: Callable) -> Iterator[tuple[Any, Any]]:
     """Keep at most ``window`` units running; yield each result as it comes; on an error, drain the
-    running ones (their results are yielded: finished work is never lost), then raise the first error."""
-    queue = deque(units)
+    running ones (their results are yielded: finished work is never lost), then raise the first error.
+    ``units`` may be a generator: it is read only as far as the window needs (a huge plan is never listed)."""
+    queue = iter(units)
+    more = True
     running: dict[Any, Any] = {}
     error: BaseException | None = None
-    while queue or running:
-        while queue and error is None and len(running) < window:
-            unit = queue.popleft()
+    while more or running:
+        while more and error is None and len(running) < window:
+            unit = next(queue, _END)
+            if unit is _END:
+                more = False
+                break
             running[submit(unit)] = unit
+        if not running:
+            break
         done, _ = wait_some(list(running))
         for handle in done:
             unit = running.pop(handle)
@@ -100,9 +112,12 @@ def _windowed(units: Sequence[Any], window: int, submit: Callable, wait_some: Ca
                 continue
             yield unit, value
         if error is not None:
-            queue.clear()
+            more = False
     if error is not None:
         raise error
+
+
+_END = object()
 
 
 class RayEngine(Engine):
@@ -142,12 +157,21 @@ class RayEngine(Engine):
         self._tasks: dict[Callable, Any] = {}
         self._actors: list[Any] = []
 
-    def imap(self, fn: Callable[[Any], Any], units: Sequence[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
+    def imap(self, fn: Callable[[Any], Any], units: Iterable[Any], stage: str = "cpu") -> Iterator[tuple[Any, Any]]:
         ray = self.ray
-        if not units:
-            return  # no actor is started for a stage with nothing to do
+        if hasattr(units, "__len__"):
+            if not len(units):  # type: ignore[arg-type]
+                return  # no actor is started for a stage with nothing to do
+            size = min(len(units), self.gpus or self.cpus)  # type: ignore[arg-type]
+        else:
+            units = iter(units)
+            first = next(units, _END)
+            if first is _END:
+                return
+            units = _chain_first(first, units)
+            size = self.gpus or self.cpus
         if stage == "model":
-            actors = self._pool(min(len(units), self.gpus or self.cpus))
+            actors = self._pool(size)
             free = deque(actors)
             busy: dict[Any, Any] = {}
 
@@ -174,6 +198,9 @@ class RayEngine(Engine):
             return done, rest
 
         yield from _windowed(units, 2 * self.cpus, lambda u: task.remote(fn, u), wait_cpu, self._get)
+
+    def share(self, value: Any) -> Any:
+        return self.ray.put(value)
 
     def _pool(self, size: int) -> list[Any]:
         """Long-lived actors (created once per engine, reused by every model stage): one replica each."""
@@ -208,6 +235,20 @@ class RayEngine(Engine):
 
 def _call(fn: Callable[[Any], Any], unit: Any) -> Any:
     return fn(unit)
+
+
+def _chain_first(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def fetch(handle: Any) -> Any:
+    """The value behind an :meth:`Engine.share` handle (a Ray object reference is read from the object store)."""
+    if type(handle).__name__ == "ObjectRef" and type(handle).__module__.startswith("ray"):
+        import ray
+
+        return ray.get(handle)
+    return handle
 
 
 class _Replica:

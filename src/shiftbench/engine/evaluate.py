@@ -39,6 +39,10 @@ THUMB = 96
 # recomputed rather than mis-merged
 STATE_FORMAT_KEY = "__state_format__"
 STATE_FORMAT = "batch-merge/1"
+COUNT_KEY = "__n__"  # samples scored in the batch (fewer than its size when a shift failed on one, on_error: skip)
+SKIPPED_KEY = "__skipped__"  # [[sample id, reason], ...] left out of the batch
+SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
+DEFAULT_SHARD = 256  # samples per unit of the ray engine (rounded down to whole batches, at least one)
 
 log = logging.getLogger("shiftbench")
 
@@ -92,8 +96,18 @@ def evaluate(
     models: dict[str, Any] | None = None,
     on_batch: Callable[[str, int], None] | None = None,
     new_run: bool = False,
+    engine: str | None = None,
+    address: str | None = None,
+    workers: int | None = None,
+    shard_size: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
+
+    ``engine``: ``"local"`` (this process; the default) or ``"ray"``: units of (condition, shard of
+    ``shard_size`` samples) run on Ray actors that each hold a replica of the models, the shard shifted
+    once for every model; this process stays the only writer of the store, and the rows are those of
+    the local engine. ``address`` joins a running Ray cluster (default: start a local one on
+    ``workers`` CPUs). Arguments override the spec's ``engine:`` entry.
 
     ``store`` is a database path (created if missing) or an open Store; without one a temporary store
     is used. ``models`` may pass already-created model objects by name (reused across calls).
@@ -103,7 +117,23 @@ def evaluate(
     opened, and a store this call created that holds no result when the run fails is removed.
     """
     spec = load_spec(spec_or_path)
-    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run)
+    options = dict(spec.engine or {})
+    for key, value in (("name", engine), ("address", address), ("workers", workers), ("shard_size", shard_size)):
+        if value is not None:
+            options[key] = value
+    from .engines import ENGINES
+
+    if options.get("name", "local") not in ENGINES:
+        raise ShiftbenchError(f"engine {options['name']!r}: expected one of {', '.join(ENGINES)}")
+    if options.get("address") and options.get("name", "local") != "ray":
+        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+    if options.get("name") == "ray":
+        from .engines import check_reachable, import_ray
+
+        import_ray()  # a missing Ray or an unreachable cluster is said before minutes of setup
+        if options.get("address") not in (None, "", "auto"):
+            check_reachable(options["address"])
+    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run, engine=options)
     plan = runner.prepare()
     tmpdir = None
     if store is None:
@@ -149,8 +179,10 @@ def _remove_if_empty(db: Store, path: Path, run_id: str | None) -> None:
 
 class _Runner:
     def __init__(self, spec: Spec, store: Store | None, run_id: str | None, progress: bool,
-                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False):
+                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False,
+                 engine: dict[str, Any] | None = None):
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
+        self.engine = dict(engine or {})
         self.given_models = models
         self.requested_run_id = run_id
         self.new_run = new_run
@@ -259,40 +291,98 @@ class _Runner:
                                       new_run=self.new_run)
         self._started(run_id)
         self._record_skipped(run_id)
-        n = len(dataset)
+        n = self._n_samples = len(dataset)
         batch = spec.batch_size
         n_batches = (n + batch - 1) // batch
         cids = {(m, i): self.store.condition(run_id, ConditionKey(m, dataset_name, c.shift_name, c.params, c.severity))
                 for m in models for i, c in enumerate(conditions)}
         todo_total = sum(n for cid in cids.values() if not self.store.is_done(cid))
+        if self.engine.get("name", "local") == "ray":
+            with _Progress(self.progress, todo_total) as bar:
+                self._run_distributed(plan, run_id, cids, n_batches, bar)
+            self.store.finish_run(run_id)
+            return self.store.rows(run_id)
         with _Progress(self.progress, todo_total) as bar, ThreadPoolExecutor(1) as loader:
             for ci, cond in enumerate(conditions):
                 pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
                 if not pending:
                     continue
                 restored = {m: self._restore(m, metrics[m], cid, cond) for m, cid in pending.items()}
-                live = {m: r[0] for m, r in restored.items()}
-                saved = {m: r[1] for m, r in restored.items()}
-                batches = [b for b in range(n_batches) if any(b not in saved[m] for m in pending)]
+                batches = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
                 future: Future | None = None
                 for k, b in enumerate(batches):
                     if future is None:
                         future = loader.submit(self._load_batch, dataset, cond, b, batch)
-                    samples = future.result()
+                    samples, skipped = future.result()
                     future = (loader.submit(self._load_batch, dataset, cond, batches[k + 1], batch)
                               if k + 1 < len(batches) else None)
                     for m, cid in pending.items():
-                        if b in saved[m]:
+                        if b in restored[m].saved:
                             continue
-                        self._run_batch(m, models[m], metrics[m], cid, b, samples, cond, run_id, live[m])
+                        scored = self._score(m, models[m], metrics[m], b, samples, skipped)
+                        self._save_scored(cid, scored, restored[m])
+                        if b == 0:
+                            self._save_thumbnails(run_id, self._thumbnails(cond, samples[:GRID_SAMPLES]))
                         bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
                         if self.on_batch:
                             self.on_batch(m, b)
                 for m, cid in pending.items():
-                    self._finish(models[m], metrics[m], cid, n, {name: merger.result(n_batches)
-                                                                 for name, merger in live[m].items()})
+                    self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
         self.store.finish_run(run_id)
         return self.store.rows(run_id)
+
+    # -- the ray engine -------------------------------------------------------------------------
+    def _run_distributed(self, plan: Plan, run_id: str, cids: dict, n_batches: int, bar: "_Progress") -> None:
+        """Units of (condition, shard) on Ray actors, each holding a replica of every model (set up once
+        per actor from the spec); a unit shifts its shard once and scores it with every model that still
+        needs it. Results come back here, the only writer of the store, saved batch by batch exactly as
+        the local loop saves them, so a killed driver resumes from the same store either way."""
+        import uuid
+
+        from .engines import make_engine
+
+        spec, models, metrics, conditions = self.spec, plan.models, plan.metrics, plan.conditions
+        batch = spec.batch_size
+        shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
+        per_unit = max(1, shard // batch)
+        setup = _WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd())
+        open_conditions: dict[int, dict[str, _Restored]] = {}
+        workers = self.engine.get("workers")
+        with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.get("address")) as eng:
+            handle = eng.share(setup)
+
+            def units():
+                for ci, cond in enumerate(conditions):
+                    pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
+                    if not pending:
+                        continue
+                    restored = {m: self._restore(m, metrics[m], cid, cond) for m, cid in pending.items()}
+                    needed = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
+                    if not needed:  # every batch was saved before a kill: only the merge is left
+                        for m, cid in pending.items():
+                            self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
+                        continue
+                    open_conditions[ci] = restored
+                    for start in range(0, len(needed), per_unit):
+                        chunk = tuple(needed[start:start + per_unit])
+                        yield _Unit(handle, ci, chunk, tuple(
+                            (m, tuple(b for b in chunk if b not in restored[m].saved)) for m in pending))
+
+            for unit, (scored, thumbs) in eng.imap(_run_unit, units(), stage="model"):
+                cond = conditions[unit.ci]
+                restored = open_conditions[unit.ci]
+                for item in scored:
+                    cid = cids[(item.model, unit.ci)]
+                    self._save_scored(cid, item, restored[item.model])
+                    bar.advance(f"{item.model} {cond.shift_name} s{cond.severity}", item.n + len(item.skipped))
+                    if self.on_batch:
+                        self.on_batch(item.model, item.batch)
+                self._save_thumbnails(run_id, thumbs)
+                for m in list(restored):
+                    if len(restored[m].saved) == n_batches:
+                        self._finish_restored(models[m], metrics[m], cids[(m, unit.ci)], restored.pop(m), n_batches)
+                if not restored:
+                    del open_conditions[unit.ci]
 
     def _record_skipped(self, run_id: str) -> None:
         """Files the reader left out (on_error: skip) go into the store as ``skipped.json``."""
@@ -305,43 +395,77 @@ class _Runner:
     def _started(self, run_id: str) -> None:
         self.run_id = run_id
 
-    def _load_batch(self, dataset, cond: Condition, b: int, batch: int) -> list[Sample]:
+    def _load_batch(self, dataset, cond: Condition, b: int, batch: int) -> tuple[list[Sample], list[tuple[str, str]]]:
+        """Batch ``b`` shifted for ``cond``, and the (id, reason) of samples left out. A batch the shift fails
+        on is redone sample by sample (a batch equals its samples one by one) to name the sample: the run
+        stops with it, or with ``on_error: skip`` leaves it out of this condition (recorded in its rows)."""
         indices = range(b * batch, min((b + 1) * batch, len(dataset)))
         samples = [dataset.load(i) for i in indices]
         if cond.shift_name == "clean":
-            return samples
-        params = [cond.shift.draw(s, cond.severity, self.spec.seed) for s in samples]
-        return list(cond.shift.apply_batch(samples, params))
+            return samples, []
+        shift, severity, seed = cond.shift, cond.severity, self.spec.seed
+        try:
+            return list(shift.apply_batch(samples, [shift.draw(s, severity, seed) for s in samples])), []
+        except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
+            pass
+        out, skipped = [], []
+        for s in samples:
+            try:
+                out.extend(shift.apply_batch([s], [shift.draw(s, severity, seed)]))
+            except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
+                reason = _first_line(exc)
+                if self.spec.on_error != "skip":
+                    raise ShiftbenchError(f"evaluate: shift {cond.shift_name!r} (severity {severity}) failed on "
+                                          f"sample {s.id}: {reason}") from None
+                log.warning(f"skipped sample {s.id}: shift {cond.shift_name!r} (severity {severity}) failed: {reason}")
+                skipped.append((str(s.id), reason))
+        return out, skipped
 
-    def _run_batch(self, label: str, model, metric_names: list[str], cid: int, b: int, samples: list[Sample],
-                   cond: Condition, run_id: str, mergers: dict[str, OrderedMerge]) -> None:
-        """Predict one batch, score it with fresh metrics, save their states (this batch's alone) and
-        hand them to the condition's mergers."""
+    def _score(self, label: str, model, metric_names: list[str], b: int, samples: list[Sample],
+               skipped: list[tuple[str, str]]) -> "_Scored":
+        """Predict one batch and score it with fresh metrics: their states (this batch's alone), the
+        records kept (the grid's on batch 0, every sample's with ``log_samples``)."""
         handler = _HANDLERS[model.task]
         plan = self.plans[label]
-        # the thumbnails keep the dataset's own labels; metrics and records see both sides in one space
-        outputs = plan.outputs(_predict_with_backoff(handler.predict, model, samples))
-        shown = samples
-        samples = plan.targets(samples)
-        parts = {name: mergers[name].total.fresh() for name in metric_names}
-        for name in metric_names:
-            parts[name].update_from_samples(outputs, samples)
+        parts = {name: self._metric(name, label) for name in metric_names}
+        predictions: list = []
+        if samples:
+            outputs = plan.outputs(_predict_with_backoff(handler.predict, model, samples))
+            targets = plan.targets(samples)  # metrics and records see both sides in one space
+            for name in metric_names:
+                parts[name].update_from_samples(outputs, targets)
+            grid = targets[:GRID_SAMPLES] if b == 0 else []
+            keep = targets if self.spec.log_samples else grid
+            predictions = [(s.id, handler.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
         states: dict[str, Any] = {name: encode_state(parts[name].state_dict()) for name in metric_names}
         states[STATE_FORMAT_KEY] = STATE_FORMAT
-        grid = samples[:GRID_SAMPLES] if b == 0 else []
-        keep = samples if self.spec.log_samples else grid
-        predictions = [(s.id, handler.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
-        self.store.save_batch(cid, b, states, predictions=predictions or None)
-        for name in metric_names:
-            mergers[name].add(b, parts[name])
-        if grid:
-            self._save_thumbnails(run_id, cond, shown[:GRID_SAMPLES])
+        states[COUNT_KEY] = len(samples)
+        if skipped:
+            states[SKIPPED_KEY] = [list(item) for item in skipped]
+        return _Scored(label, b, states, predictions, len(samples), list(skipped), parts)
 
-    def _save_thumbnails(self, run_id: str, cond: Condition, samples: list[Sample]) -> None:
+    def _save_scored(self, cid: int, scored: "_Scored", restored: "_Restored") -> None:
+        """Save a scored batch (one transaction) and hand its metric states to the condition's mergers."""
+        self.store.save_batch(cid, scored.batch, scored.states, predictions=scored.predictions or None)
+        parts = scored.parts
+        if parts is None:  # from a worker: the states are what the store holds, decoded as a resume does
+            parts = {}
+            for name, merger in restored.mergers.items():
+                parts[name] = merger.total.fresh()
+                parts[name].load_state_dict(decode_state(scored.states[name]))
+        for name, merger in restored.mergers.items():
+            merger.add(scored.batch, parts[name])
+        restored.saved.add(scored.batch)
+        restored.n += scored.n
+        restored.skipped.extend(scored.skipped)
+
+    def _thumbnails(self, cond: Condition, samples: list[Sample]) -> list[tuple[str, bytes, dict[str, Any]]]:
+        """The report's grid thumbnails of a condition: (artifact key, PNG bytes, meta)."""
         from urllib.parse import quote
 
         import cv2
 
+        out = []
         for s in samples:
             h, w = s.image.shape[:2]
             scale = THUMB / max(h, w)
@@ -352,14 +476,18 @@ class _Runner:
             # condition itself, which is what the report reads
             pk = _params_key(cond.params)
             key = f"thumb/{cond.shift_name}/{quote(pk, safe='')}/{cond.severity}/{s.id}"
-            self.store.put_artifact(run_id, key, png.tobytes(), {
+            out.append((key, png.tobytes(), {
                 "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
-                "severity": cond.severity, "sample_id": str(s.id)})
+                "severity": cond.severity, "sample_id": str(s.id)}))
+        return out
 
-    def _restore(self, model_label: str, metric_names: list[str], cid: int,
-                 cond: Condition) -> tuple[dict[str, OrderedMerge], set[int]]:
+    def _save_thumbnails(self, run_id: str, thumbs: list[tuple[str, bytes, dict[str, Any]]]) -> None:
+        for key, png, meta in thumbs:
+            self.store.put_artifact(run_id, key, png, meta)
+
+    def _restore(self, model_label: str, metric_names: list[str], cid: int, cond: Condition) -> "_Restored":
         """One merger per metric, holding the saved batches' states when resuming (merged in batch order)."""
-        mergers = {name: OrderedMerge(self._metric(name, model_label)) for name in metric_names}
+        restored = _Restored({name: OrderedMerge(self._metric(name, model_label)) for name in metric_names})
         saved = self.store.batches(cid)
         if any(state.get(STATE_FORMAT_KEY) != STATE_FORMAT for state in saved.values()):
             # an older shiftbench saved the running total after every batch: merging those would count
@@ -367,17 +495,28 @@ class _Runner:
             dropped = self.store.clear_batches(cid)
             log.warning(f"{model_label} {cond.shift_name} s{cond.severity}: {dropped} saved batches are in the "
                         f"cumulative format of an older shiftbench; recomputing this condition")
-            return mergers, set()
+            return restored
+        batch = self.spec.batch_size
         for b, state in saved.items():
             for name in metric_names:
                 if name not in state:
                     raise ShiftbenchError(f"store condition {cid}: saved batch {b} has no state for metric {name!r}")
-                part = mergers[name].total.fresh()
+                part = restored.mergers[name].total.fresh()
                 part.load_state_dict(decode_state(state[name]))
-                mergers[name].add(b, part)
-        return mergers, set(saved)
+                restored.mergers[name].add(b, part)
+            restored.saved.add(b)
+            # a batch saved before counts were kept is a full one (nothing could be skipped then)
+            full = min(batch, self._n_samples - b * batch)
+            restored.n += int(state.get(COUNT_KEY, full))
+            restored.skipped.extend(tuple(item) for item in state.get(SKIPPED_KEY, []))
+        return restored
 
-    def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any]) -> None:
+    def _finish_restored(self, model, metric_names: list[str], cid: int, restored: "_Restored", n_batches: int) -> None:
+        self._finish(model, metric_names, cid, restored.n,
+                     {name: merger.result(n_batches) for name, merger in restored.mergers.items()}, restored.skipped)
+
+    def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any],
+                skipped: Sequence[tuple[str, str]] = ()) -> None:
         results: dict[str, Any] = {}
         for name in metric_names:
             metric = metrics[name]
@@ -389,10 +528,122 @@ class _Runner:
                 info = {"higher_is_better": bool(getattr(metric, "higher_is_better", True)), "metric": name}
                 if i == 0 and extra:
                     info.update(extra)
+                if skipped:  # samples the shift failed on (on_error: skip): left out of n, named here
+                    info["skipped"] = len(skipped)
+                    info["skipped_samples"] = [{"id": sid, "reason": why} for sid, why in list(skipped)[:SKIPPED_LISTED]]
                 if value is None and hasattr(metric, "undefined_reason"):
                     info["undefined"] = metric.undefined_reason(key)  # stored as NULL, the reason beside it
                 results[key] = (None if value is None or not np.isfinite(value) else float(value), n, info)
         self.store.finish_condition(cid, results, n=n)
+
+
+# -- units of the ray engine ----------------------------------------------------------------------
+@dataclass
+class _Restored:
+    """A (model, condition) being computed: its mergers, the batches in them, samples scored and skipped."""
+
+    mergers: dict[str, OrderedMerge]
+    saved: set = None  # type: ignore[assignment]
+    n: int = 0
+    skipped: list = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.saved = set() if self.saved is None else self.saved
+        self.skipped = [] if self.skipped is None else self.skipped
+
+
+@dataclass
+class _Scored:
+    """One (model, batch) scored: what the store saves, and (locally) the metric objects themselves."""
+
+    model: str
+    batch: int
+    states: dict[str, Any]
+    predictions: list
+    n: int
+    skipped: list
+    parts: dict[str, Any] | None = None  # None once sent from a worker: the states are decoded instead
+
+
+@dataclass(frozen=True)
+class _WorkerSetup:
+    """What a worker needs to set the run up itself: the spec (models built by name there), models the
+    caller passed as objects (sent pickled), modules that register the user's classes, the driver's cwd
+    (relative paths in the spec mean the same on a shared file system)."""
+
+    key: str
+    spec: Spec
+    models: dict[str, Any]
+    modules: tuple[str, ...]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class _Unit:
+    setup: Any  # an engine handle to the _WorkerSetup
+    ci: int  # the condition's index in the plan
+    batches: tuple[int, ...]
+    needs: tuple[tuple[str, tuple[int, ...]], ...]  # (model label, the batches it still needs)
+
+
+_WORKER: dict[str, tuple["_Runner", Plan]] = {}  # per worker process: the run set up once, kept loaded
+
+
+def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
+    """The run's setup on this worker: built on the first unit (dataset opened, model replicas loaded,
+    conditioning loaded), reused by every later unit of the run."""
+    import importlib
+
+    from .engines import fetch
+
+    key = handle.hex() if hasattr(handle, "hex") and callable(handle.hex) else getattr(handle, "key", id(handle))
+    if key not in _WORKER:
+        setup: _WorkerSetup = fetch(handle)
+        _WORKER.clear()  # one run's replicas at a time
+        if os.path.isdir(setup.cwd):
+            os.chdir(setup.cwd)
+        for module in setup.modules:
+            importlib.import_module(module)
+        runner = _Runner(setup.spec, None, None, False, setup.models, None)
+        plan = runner.prepare()
+        runner._n_samples = len(plan.dataset)
+        _WORKER[key] = (runner, plan)
+    return _WORKER[key]
+
+
+def _run_unit(unit: _Unit) -> tuple[list[_Scored], list[tuple[str, bytes, dict[str, Any]]]]:
+    """Shift a unit's batches once and score each with every model that needs it (runs on a worker)."""
+    runner, plan = _worker_plan(unit.setup)
+    cond = plan.conditions[unit.ci]
+    needs = dict(unit.needs)
+    scored: list[_Scored] = []
+    thumbs: list = []
+    for b in unit.batches:
+        samples, skipped = runner._load_batch(plan.dataset, cond, b, runner.spec.batch_size)
+        for label, batches in needs.items():
+            if b in batches:
+                item = runner._score(label, plan.models[label], plan.metrics[label], b, samples, skipped)
+                item.parts = None  # the driver decodes the states (they are what the store keeps)
+                scored.append(item)
+        if b == 0:
+            thumbs = runner._thumbnails(cond, samples[:GRID_SAMPLES])
+    return scored, thumbs
+
+
+def _user_modules(plan: Plan) -> tuple[str, ...]:
+    """Modules outside shiftbench that define the run's dataset, shift or model classes: a fresh worker
+    imports them first, so what the user registered by name is registered there too."""
+    from .generate import base_of
+
+    types = [type(plan.dataset), type(base_of(plan.dataset))]
+    types += [type(c.shift) for c in plan.conditions] + [type(m) for m in plan.models.values()]
+    return tuple(sorted({t.__module__ for t in types} - {"__main__", "builtins"} - {
+        m for m in {t.__module__ for t in types} if m.startswith("shiftbench.")}))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 # -- task handlers --------------------------------------------------------------------------------
