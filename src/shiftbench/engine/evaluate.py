@@ -349,7 +349,10 @@ class _Runner:
         open_conditions: dict[int, dict[str, _Restored]] = {}
         workers = self.engine.get("workers")
         with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.get("address")) as eng:
-            handle = eng.share(setup)
+            try:
+                handle = eng.share(setup)
+            except Exception as exc:  # noqa: BLE001 - a model object that cannot travel: said in one line
+                raise ShiftbenchError(_unsendable(setup, exc)) from None
 
             def units():
                 for ci, cond in enumerate(conditions):
@@ -639,6 +642,19 @@ def _user_modules(plan: Plan) -> tuple[str, ...]:
     types += [type(c.shift) for c in plan.conditions] + [type(m) for m in plan.models.values()]
     return tuple(sorted({t.__module__ for t in types} - {"__main__", "builtins"} - {
         m for m in {t.__module__ for t in types} if m.startswith("shiftbench.")}))
+
+
+def _unsendable(setup: _WorkerSetup, exc: BaseException) -> str:
+    """Which model the caller passed cannot be pickled for the workers (or why the setup cannot travel)."""
+    from ray import cloudpickle
+
+    for label, model in setup.models.items():
+        try:
+            cloudpickle.dumps(model)
+        except Exception as err:  # noqa: BLE001 - reported by name
+            return (f"model {label!r} was passed as an object that cannot be sent to Ray workers ({_first_line(err)}); "
+                    f"name it in the spec (a registered name, hub id or folder) or use the local engine")
+    return f"the run's setup cannot be sent to Ray workers: {_first_line(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:
