@@ -289,3 +289,27 @@ def test_models_passed_as_objects_travel_to_the_actors(ray_cluster, tmp_path):
                                               r"to Ray workers \(TypeError: cannot pickle '_thread.lock' object\)"):
         sb.evaluate(run, store=tmp_path / "bad.db", models={"dummy_classifier": given["mine"]}, engine="ray")
     assert not (tmp_path / "bad.db").exists()
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_an_image_folder_with_and_without_unreadable_files(ray_cluster, tmp_path, corrupt):
+    # the driver screens every file; workers open the same files (without decoding them all again when
+    # nothing was left out, with the same screen when something was), so both engines score the same samples
+    from PIL import Image
+
+    from conftest import make_image
+
+    for i in range(9):
+        folder = tmp_path / "data" / f"class{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(make_image(36, 44, seed=i)).save(folder / f"im{i}.png")
+    if corrupt:
+        (tmp_path / "data" / "class0" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not an image")
+    run = spec(dataset=str(tmp_path / "data"), batch_size=4, on_error="skip",
+               models=[{"name": "dummy_classifier", "params": {"label_space": 2}}], label_map={"class0": 0, "class1": 1})
+    local = sb.evaluate(run, store=tmp_path / "local.db")
+    rows = sb.evaluate(run, store=tmp_path / "ray.db", engine="ray", shard_size=4)
+    assert [r["value"] for r in rows] == [r["value"] for r in local] and {r["n"] for r in rows} == {9}
+    assert_same_store(tmp_path / "local.db", tmp_path / "ray.db")
+    skipped = [a for a in store_content(tmp_path / "ray.db")["artifacts"] if a[0] == "skipped.json"]
+    assert len(skipped) == int(corrupt)

@@ -183,6 +183,7 @@ class _Runner:
                  engine: dict[str, Any] | None = None):
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
         self.engine = dict(engine or {})
+        self.verify = "full"  # how the reader screens files up front (a worker skips what the driver checked)
         self.given_models = models
         self.requested_run_id = run_id
         self.new_run = new_run
@@ -194,7 +195,8 @@ class _Runner:
 
         # on_error "skip": unreadable files are found before any work (a full decode, as load does), so a
         # run never stops half-way on one; they are logged by the reader and recorded in the store
-        kwargs = reader_kwargs(self.spec.dataset, self.spec.dataset_params, getattr(self.spec, "on_error", "fail"))
+        kwargs = reader_kwargs(self.spec.dataset, self.spec.dataset_params, getattr(self.spec, "on_error", "fail"),
+                               verify=self.verify)
         dataset = load(self.spec.dataset, **kwargs)
         self.skipped = list(getattr(dataset, "skipped", []))
         if self.spec.ids:
@@ -345,7 +347,8 @@ class _Runner:
         batch = spec.batch_size
         shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
         per_unit = max(1, shard // batch)
-        setup = _WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd())
+        setup = _WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
+                             verify="full" if getattr(self, "skipped", None) else "none")
         open_conditions: dict[int, dict[str, _Restored]] = {}
         workers = self.engine.get("workers")
         with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.get("address")) as eng:
@@ -579,6 +582,9 @@ class _WorkerSetup:
     models: dict[str, Any]
     modules: tuple[str, ...]
     cwd: str
+    # "none" when the driver's screen of every file left none out: the worker opens the same files without
+    # decoding them all again (at a million images that pass is hours per worker); else the same screen
+    verify: str = "full"
 
 
 @dataclass(frozen=True)
@@ -608,6 +614,7 @@ def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
         for module in setup.modules:
             importlib.import_module(module)
         runner = _Runner(setup.spec, None, None, False, setup.models, None)
+        runner.verify = setup.verify
         plan = runner.prepare()
         runner._n_samples = len(plan.dataset)
         _WORKER[key] = (runner, plan)
