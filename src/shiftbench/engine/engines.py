@@ -172,7 +172,9 @@ class RayEngine(Engine):
             size = self.gpus or self.cpus
         if stage == "model":
             actors = self._pool(size)
-            free = deque(actors)
+            # two units per actor: the second waits in the actor's queue and starts the moment the first
+            # ends, so an actor never idles while the driver saves a result and picks the next unit
+            free = deque(actors * 2)
             busy: dict[Any, Any] = {}
 
             def submit(unit: Any) -> Any:
@@ -187,7 +189,7 @@ class RayEngine(Engine):
                     free.append(busy.pop(ref))
                 return done, rest
 
-            yield from _windowed(units, len(actors), submit, wait_some, self._get)
+            yield from _windowed(units, len(free), submit, wait_some, self._get)
             return
         if fn not in self._tasks:
             self._tasks[fn] = ray.remote(num_cpus=1, max_retries=3)(_call)
