@@ -322,9 +322,9 @@ class _Runner:
                         if b in restored[m].saved:
                             continue
                         scored = self._score(m, models[m], metrics[m], b, samples, skipped)
-                        self._save_scored(cid, scored, restored[m])
-                        if b == 0:
+                        if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
                             self._save_thumbnails(run_id, self._thumbnails(cond, samples[:GRID_SAMPLES]))
+                        self._save_scored(cid, scored, restored[m])
                         bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
                         if self.on_batch:
                             self.on_batch(m, b)
@@ -377,13 +377,13 @@ class _Runner:
             for unit, (scored, thumbs) in eng.imap(_run_unit, units(), stage="model"):
                 cond = conditions[unit.ci]
                 restored = open_conditions[unit.ci]
+                self._save_thumbnails(run_id, thumbs)  # before the batches (see the local loop)
                 for item in scored:
                     cid = cids[(item.model, unit.ci)]
                     self._save_scored(cid, item, restored[item.model])
                     bar.advance(f"{item.model} {cond.shift_name} s{cond.severity}", item.n + len(item.skipped))
                     if self.on_batch:
                         self.on_batch(item.model, item.batch)
-                self._save_thumbnails(run_id, thumbs)
                 for m in list(restored):
                     if len(restored[m].saved) == n_batches:
                         self._finish_restored(models[m], metrics[m], cids[(m, unit.ci)], restored.pop(m), n_batches)
