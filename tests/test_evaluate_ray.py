@@ -313,3 +313,20 @@ def test_an_image_folder_with_and_without_unreadable_files(ray_cluster, tmp_path
     assert_same_store(tmp_path / "local.db", tmp_path / "ray.db")
     skipped = [a for a in store_content(tmp_path / "ray.db")["artifacts"] if a[0] == "skipped.json"]
     assert len(skipped) == int(corrupt)
+
+
+def test_dry_run_checks_the_cluster_and_says_the_engine(ray_cluster, tmp_path):
+    import socket
+
+    config = tmp_path / "spec.yaml"
+    config.write_text(yaml.safe_dump({**spec(), "engine": {"name": "ray", "shard_size": 12}}))
+    ok = cli("evaluate", "--config", "spec.yaml", "--dry-run", "--address", ray_cluster["address"], cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert f"engine: ray ({ray_cluster['address']}; units of 12 samples in whole batches of 6)" in ok.stdout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bad = cli("evaluate", "--config", "spec.yaml", "--dry-run", "--address", f"127.0.0.1:{port}", cwd=tmp_path)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in bad.stderr
+    assert not list(tmp_path.glob("*.db"))

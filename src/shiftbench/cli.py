@@ -157,14 +157,18 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         spec.log_samples = True
     if on_error is not None:
         spec.on_error = on_error
+    engine_options = dict(spec.engine or {})
+    for key, value in (("name", engine), ("address", address), ("workers", workers), ("shard_size", shard_size)):
+        if value is not None:
+            engine_options[key] = value
+    spec.engine = engine_options or None
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)
         return
     from .engine.evaluate import evaluate
 
-    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run, engine=engine, address=address,
-                    workers=workers, shard_size=shard_size)
+    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run)
     if results_json:
         _write_json_atomic(Path(results_json), rows)
     _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""))
@@ -175,6 +179,15 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
     from .engine.evaluate import prepare
     from .engine.store import Store
 
+    engine = dict(spec.engine or {})
+    if engine.get("name") == "ray":  # Ray importable and the cluster answering, as the run would check
+        from .engine.engines import check_reachable, import_ray
+
+        import_ray()
+        if engine.get("address") not in (None, "", "auto"):
+            check_reachable(engine["address"])
+    elif engine.get("address"):
+        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
     plan = prepare(spec)
     where = "new store"
     path = Path(store)
@@ -209,6 +222,10 @@ def _print_plan(plan, store: str) -> None:
     for label, model in plan.models.items():
         say(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
     say(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
+    engine = dict(spec.engine or {})
+    if engine.get("name") == "ray":
+        say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of {engine.get('shard_size', 256)} "
+            f"samples in whole batches of {spec.batch_size})")
     console.print(table)
 
 
