@@ -251,13 +251,15 @@ def test_an_unreachable_address_fails_in_seconds_with_one_line(tmp_path):
     assert not (tmp_path / "x.db").exists()
     with pytest.raises(ShiftbenchError, match="--address is for the ray engine"):
         sb.evaluate(spec(), store=tmp_path / "x.db", address="127.0.0.1:1")
+    with pytest.raises(ShiftbenchError, match="--shard-size is for the ray engine"):
+        sb.evaluate(spec(), store=tmp_path / "x.db", shard_size=64)
 
 
 @pytest.mark.parametrize("engine, message", [
     ("spark", "engine.name: expected local or ray, got 'spark'"),
     ({"name": "ray", "shard": 4}, "engine.shard: unknown key (did you mean 'shard_size'?)"),
     ({"name": "ray", "workers": 0}, "engine.workers: expected a positive integer, got 0"),
-    ({"name": "local", "address": "h:1"}, "engine.address: an address is for the ray engine (name: ray)"),
+    ({"name": "local", "address": "h:1"}, "engine.address: only the ray engine takes it (name: ray)"),
     ([1], "engine: expected local, ray or a mapping"),
 ])
 def test_spec_engine_key_is_checked(engine, message):

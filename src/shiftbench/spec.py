@@ -145,8 +145,9 @@ def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
     address = value.get("address")
     if address is not None and not isinstance(address, str):
         raise SpecError(f"{where}.address: expected HOST:PORT, got {address!r}")
-    if address and name != "ray":
-        raise SpecError(f"{where}.address: an address is for the ray engine (name: ray)")
+    for key in ("address", "workers", "shard_size"):
+        if value.get(key) is not None and name != "ray":
+            raise SpecError(f"{where}.{key}: only the ray engine takes it (name: ray)")
     return {"name": name, **{k: value[k] for k in ("address", "workers", "shard_size") if value.get(k) is not None}}
 
 

@@ -125,8 +125,9 @@ def evaluate(
 
     if options.get("name", "local") not in ENGINES:
         raise ShiftbenchError(f"engine {options['name']!r}: expected one of {', '.join(ENGINES)}")
-    if options.get("address") and options.get("name", "local") != "ray":
-        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+    for key in ("address", "workers", "shard_size"):
+        if options.get(key) and options.get("name", "local") != "ray":
+            raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
     if options.get("name") == "ray":
         from .engines import check_reachable, import_ray
 
