@@ -332,3 +332,14 @@ def test_dry_run_checks_the_cluster_and_says_the_engine(ray_cluster, tmp_path):
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in bad.stderr
     assert not list(tmp_path.glob("*.db"))
+
+
+def test_the_ray_driver_checks_gpu_models_on_its_cpu():
+    # a CPU-only head node drives a GPU cluster: only the workers load the models on the device asked for
+    from shiftbench.engine.evaluate import prepare
+
+    run = spec(models=[{"name": "_test_gpu_only", "params": {"device": "cuda"}}])
+    with pytest.raises(ShiftbenchError, match="no GPU for device 'cuda'"):
+        prepare(run)
+    plan = prepare({**run, "engine": "ray"})
+    assert [m.device for m in plan.models.values()] == ["cpu"]

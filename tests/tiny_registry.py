@@ -106,3 +106,25 @@ class TestModeled(ImageShift):
 
 if "_test_modeled" not in SHIFTS:
     SHIFTS.add("_test_modeled", TestModeled, description="test shift with a model", group="_testmodel")
+
+
+# -- a model that needs a GPU when asked for one: the ray driver checks models on its CPU ------------
+from shiftbench.models.dummy import DummyClassifier  # noqa: E402
+from shiftbench.registry import MODELS  # noqa: E402
+
+
+class GpuOnly(DummyClassifier):
+    """A dummy classifier that refuses ``device="cuda"`` where no GPU is (as a real model's ``.to`` would)."""
+
+    def __init__(self, device: str = "cpu", **kwargs):
+        if str(device).startswith("cuda"):
+            from shiftbench.errors import ShiftbenchError
+
+            raise ShiftbenchError(f"_test_gpu_only: no GPU for device {device!r}")
+        super().__init__(label_space=2, **kwargs)
+        self.device = device
+
+
+if "_test_gpu_only" not in MODELS:
+    MODELS.add("_test_gpu_only", GpuOnly, description="test model needing a GPU for device=cuda",
+               task="classification")

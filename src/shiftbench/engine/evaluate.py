@@ -85,7 +85,7 @@ class Plan:
 def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
     """Set up a run without running it (see :class:`Plan`); raises the error the run would raise."""
     spec = load_spec(spec_or_path)
-    return _Runner(spec, None, None, False, models or {}, None).prepare()
+    return _Runner(spec, None, None, False, models or {}, None, engine=spec.engine).prepare()
 
 
 def evaluate(
@@ -217,7 +217,12 @@ class _Runner:
         models = {}
         self.plans = {}
         for m in self.spec.models:
-            model = self.given_models.get(m.label) or MODELS.create(m.name, **m.params)
+            params = dict(m.params)
+            if self.engine.get("name") == "ray" and str(params.get("device", "cpu")).startswith("cuda"):
+                # the ray driver only checks the models (label spaces, weights for the run's identity): it
+                # loads them on its CPU, so a head node without a GPU can drive a GPU cluster
+                params["device"] = "cpu"
+            model = self.given_models.get(m.label) or MODELS.create(m.name, **params)
             task = getattr(model, "task", None)
             if task not in _HANDLERS:
                 raise ShiftbenchError(f"model {m.name!r}: the runner does not evaluate {task!r} models yet")
