@@ -185,6 +185,7 @@ class _Runner:
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
         self.engine = dict(engine or {})
         self.verify = "full"  # how the reader screens files up front (a worker skips what the driver checked)
+        self.given_dataset: Any = None  # a worker's copy of the driver's opened dataset
         self.given_models = models
         self.requested_run_id = run_id
         self.new_run = new_run
@@ -265,7 +266,7 @@ class _Runner:
             setup = setup_retrieval(spec, self.given_models)
             return Plan(spec, setup.dataset, setup.models, {m: list(spec.metrics) for m in setup.models}, [],
                         retrieval=setup)
-        dataset = self._dataset()
+        dataset = self.given_dataset if self.given_dataset is not None else self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)
         conditions = []
@@ -345,6 +346,7 @@ class _Runner:
         per actor from the spec); a unit shifts its shard once and scores it with every model that still
         needs it. Results come back here, the only writer of the store, saved batch by batch exactly as
         the local loop saves them, so a killed driver resumes from the same store either way."""
+        import dataclasses
         import uuid
 
         from .engines import make_engine
@@ -354,14 +356,18 @@ class _Runner:
         shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
         per_unit = max(1, shard // batch)
         setup = _WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
-                             verify="full" if getattr(self, "skipped", None) else "none")
+                             dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
         open_conditions: dict[int, dict[str, _Restored]] = {}
         workers = self.engine.get("workers")
         with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.get("address")) as eng:
             try:
                 handle = eng.share(setup)
-            except Exception as exc:  # noqa: BLE001 - a model object that cannot travel: said in one line
-                raise ShiftbenchError(_unsendable(setup, exc)) from None
+            except Exception:  # noqa: BLE001 - a reader holding something unpicklable: workers open it themselves
+                setup = dataclasses.replace(setup, dataset=None)
+                try:
+                    handle = eng.share(setup)
+                except Exception as exc:  # noqa: BLE001 - a model object that cannot travel: said in one line
+                    raise ShiftbenchError(_unsendable(setup, exc)) from None
 
             def units():
                 for ci, cond in enumerate(conditions):
@@ -588,8 +594,11 @@ class _WorkerSetup:
     models: dict[str, Any]
     modules: tuple[str, ...]
     cwd: str
-    # "none" when the driver's screen of every file left none out: the worker opens the same files without
-    # decoding them all again (at a million images that pass is hours per worker); else the same screen
+    # the driver's opened dataset (its file list or shard index, screened once): a worker reads the same
+    # samples without listing, indexing or decoding every file again (hours per worker at a million
+    # images). None when it cannot be pickled: the worker then opens it from the spec, screening as
+    # the driver did ("none" when the driver's screen left no file out)
+    dataset: Any = None
     verify: str = "full"
 
 
@@ -621,6 +630,7 @@ def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
             importlib.import_module(module)
         runner = _Runner(setup.spec, None, None, False, setup.models, None)
         runner.verify = setup.verify
+        runner.given_dataset = setup.dataset
         plan = runner.prepare()
         runner._n_samples = len(plan.dataset)
         _WORKER[key] = (runner, plan)
