@@ -295,8 +295,8 @@ def test_models_passed_as_objects_travel_to_the_actors(ray_cluster, tmp_path):
 
 @pytest.mark.parametrize("corrupt", [False, True])
 def test_an_image_folder_with_and_without_unreadable_files(ray_cluster, tmp_path, corrupt):
-    # the driver screens every file; workers open the same files (without decoding them all again when
-    # nothing was left out, with the same screen when something was), so both engines score the same samples
+    # the driver screens every file once; the workers read the driver's opened dataset (the screened file
+    # list travels with the setup), so both engines score the same samples, broken file or not
     from PIL import Image
 
     from conftest import make_image
