@@ -343,3 +343,11 @@ def test_the_ray_driver_checks_gpu_models_on_its_cpu():
         prepare(run)
     plan = prepare({**run, "engine": "ray"})
     assert [m.device for m in plan.models.values()] == ["cpu"]
+
+
+def test_a_dataset_that_cannot_be_pickled_is_opened_by_the_workers(ray_cluster, tmp_path):
+    run = spec(dataset="_test_tiny_locked", log_samples=False)
+    local = sb.evaluate(run, store=tmp_path / "local.db")
+    rows = sb.evaluate(run, store=tmp_path / "ray.db", engine="ray", shard_size=12)
+    assert [r["value"] for r in rows] == [r["value"] for r in local] and {r["n"] for r in rows} == {20}
+    assert_same_store(tmp_path / "local.db", tmp_path / "ray.db")

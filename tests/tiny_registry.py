@@ -128,3 +128,19 @@ class GpuOnly(DummyClassifier):
 if "_test_gpu_only" not in MODELS:
     MODELS.add("_test_gpu_only", GpuOnly, description="test model needing a GPU for device=cuda",
                task="classification")
+
+
+class LockedTinyDataset(TinyDataset):
+    """The tiny dataset holding a lock: it cannot be pickled, so Ray workers open it themselves."""
+
+    name = "_test_tiny_locked"
+
+    def __init__(self, n: int = 20):
+        import threading
+
+        super().__init__(n)
+        self.lock = threading.Lock()
+
+
+if "_test_tiny_locked" not in DATASETS:
+    DATASETS.add("_test_tiny_locked", LockedTinyDataset, description="tiny test dataset, unpicklable", size=20)
