@@ -24,6 +24,43 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 
 
+class KillFirstLogged:
+    """A thread that SIGKILLs the first process to append its pid to ``log_file`` after this is made
+    (a Ray actor loading its model), ``settle`` seconds after it appears; ``killed`` holds that pid."""
+
+    def __init__(self, log_file: Path, settle: float = 0.3, timeout: float = 60.0):
+        import threading
+
+        self.log_file, self.settle, self.timeout = log_file, settle, timeout
+        self.before = len(log_file.read_text().split())
+        self.killed: list[int] = []
+        self.thread = threading.Thread(target=self._run)
+
+    def loads(self) -> list[str]:
+        """The pids logged since this was made."""
+        return self.log_file.read_text().split()[self.before:]
+
+    def _run(self) -> None:
+        import os
+
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            pids = self.loads()
+            if pids:
+                time.sleep(self.settle)  # let it get into its first units
+                os.kill(int(pids[0]), signal.SIGKILL)
+                self.killed.append(int(pids[0]))
+                return
+            time.sleep(0.02)
+
+    def __enter__(self) -> "KillFirstLogged":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.thread.join()
+
+
 def row_key(rows: list[dict[str, Any]]) -> list[tuple]:
     """Rows as comparable tuples (run ids left out; values rounded to 12 significant digits)."""
     return sorted((r["model"], r["dataset"], r["shift"], json.dumps(r["params"], sort_keys=True), r["severity"],

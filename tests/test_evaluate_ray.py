@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 import coco_synth
 import shiftbench as sb
 import tiny_registry  # noqa: F401  (registers _test_tiny, _test_noise, _test_modeled)
+from e2e import KillFirstLogged
 from shiftbench.errors import ShiftbenchError, SpecError
 from shiftbench.spec import load_spec
 
@@ -118,29 +118,13 @@ def test_a_killed_actor_is_replaced_and_nothing_is_lost_or_doubled(ray_cluster, 
     # one mid-run: Ray restarts it (the replacement sets the run up again) and retries its unit
     run = spec(shifts=["clean", {"name": "_test_modeled", "severities": [1, 3, 5], "params": {"delay": 0.03}}])
     sb.evaluate(run, store=tmp_path / "ref.db")
-    log_file: Path = ray_cluster["load_log"]
-    before = len(log_file.read_text().split())
-    killed: list[int] = []
-
-    def kill_first_actor() -> None:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            pids = log_file.read_text().split()[before:]
-            if pids:
-                time.sleep(0.4)  # into its first units
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed.append(int(pids[0]))
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_first_actor)
-    killer.start()
     saved: list[tuple[str, int]] = []
-    sb.evaluate(run, store=tmp_path / "ray.db", engine="ray", shard_size=6, on_batch=lambda m, b: saved.append((m, b)))
-    killer.join()
-    assert killed, "no actor was killed"
-    loads = log_file.read_text().split()[before:]
-    assert str(killed[0]) in loads and len(set(loads)) == len(loads) == 3  # two actors + the replacement
+    with KillFirstLogged(ray_cluster["load_log"], settle=0.4) as killer:
+        sb.evaluate(run, store=tmp_path / "ray.db", engine="ray", shard_size=6,
+                    on_batch=lambda m, b: saved.append((m, b)))
+    assert killer.killed, "no actor was killed"
+    loads = killer.loads()
+    assert str(killer.killed[0]) in loads and len(set(loads)) == len(loads) == 3  # two actors + the replacement
     assert len(saved) == 2 * 4 * 4  # every (model, condition, batch) saved once: none lost, none doubled
     assert_same_store(tmp_path / "ref.db", tmp_path / "ray.db")
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tiny_registry  # noqa: F401  (registers _test_tiny, _test_noise, _test_modeled)
+from e2e import KillFirstLogged
 from shiftbench.engine.generate import generate
 from shiftbench.errors import ShiftbenchError
 
@@ -180,34 +181,15 @@ def test_outputs_replay_from_the_manifest(ray_cluster, tmp_path):
 def test_a_killed_ray_worker_is_replaced_and_nothing_is_lost_or_doubled(ray_cluster, tmp_path):
     # SIGKILL the actor process that holds the model (its pid is the one that logged the load) mid-run:
     # Ray restarts the actor and retries its shard; the outputs are those of an undisturbed run
-    import threading
-
     args = ("_test_tiny", ["_test_modeled"], [1, 2, 3])
     params = {"delay": 0.05}
     generate(*args, tmp_path / "ref", seed=4, shift_params=params, workers=2)
-    log_file: Path = ray_cluster["load_log"]
-    before = len(log_file.read_text().split())
-    killed: list[int] = []
-
-    def kill_first_loader() -> None:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            pids = log_file.read_text().split()[before:]
-            if pids:
-                time.sleep(0.3)  # let it get into a shard
-                os.kill(int(pids[0]), signal.SIGKILL)
-                killed.append(int(pids[0]))
-                return
-            time.sleep(0.02)
-
-    killer = threading.Thread(target=kill_first_loader)
-    killer.start()
-    summary = generate(*args, tmp_path / "out", seed=4, shift_params=params, engine="ray", shard_size=4)
-    killer.join()
-    assert killed, "no actor was killed"
-    loads = log_file.read_text().split()[before:]
+    with KillFirstLogged(ray_cluster["load_log"], settle=0.3) as killer:
+        summary = generate(*args, tmp_path / "out", seed=4, shift_params=params, engine="ray", shard_size=4)
+    assert killer.killed, "no actor was killed"
+    loads = killer.loads()
     # two actors loaded the model, and the killed one's replacement (a new process) loaded it again
-    assert str(killed[0]) in loads and len(set(loads)) == len(loads) == 3
+    assert str(killer.killed[0]) in loads and len(set(loads)) == len(loads) == 3
     assert summary == {"written": 60, "skipped": 0, "total": 60, "unreadable": 0}
     records = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
     assert len({(r["severity"], r["index"]) for r in records}) == len(records) == 60
