@@ -313,11 +313,9 @@ class _Runner:
             return self.store.rows(run_id)
         with _Progress(self.progress, todo_total) as bar, ThreadPoolExecutor(1) as loader:
             for ci, cond in enumerate(conditions):
-                pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
+                pending, restored, batches = self._open_condition(ci, cond, plan, cids, n_batches)
                 if not pending:
                     continue
-                restored = {m: self._restore(m, metrics[m], cid, cond) for m, cid in pending.items()}
-                batches = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
                 future: Future | None = None
                 for k, b in enumerate(batches):
                     if future is None:
@@ -339,6 +337,14 @@ class _Runner:
                     self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
         self.store.finish_run(run_id)
         return self.store.rows(run_id)
+
+    def _open_condition(self, ci: int, cond: Condition, plan: Plan, cids: dict,
+                        n_batches: int) -> tuple[dict[str, int], dict[str, "_Restored"], list[int]]:
+        """The models that still need condition ``ci``, their restored mergers, and the batches any of them needs."""
+        pending = {m: cids[(m, ci)] for m in plan.models if not self.store.is_done(cids[(m, ci)])}
+        restored = {m: self._restore(m, plan.metrics[m], cid, cond) for m, cid in pending.items()}
+        needed = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
+        return pending, restored, needed
 
     # -- the ray engine -------------------------------------------------------------------------
     def _run_distributed(self, plan: Plan, run_id: str, cids: dict, n_batches: int, bar: "_Progress") -> None:
@@ -371,11 +377,9 @@ class _Runner:
 
             def units():
                 for ci, cond in enumerate(conditions):
-                    pending = {m: cids[(m, ci)] for m in models if not self.store.is_done(cids[(m, ci)])}
+                    pending, restored, needed = self._open_condition(ci, cond, plan, cids, n_batches)
                     if not pending:
                         continue
-                    restored = {m: self._restore(m, metrics[m], cid, cond) for m, cid in pending.items()}
-                    needed = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
                     if not needed:  # every batch was saved before a kill: only the merge is left
                         for m, cid in pending.items():
                             self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
