@@ -507,8 +507,10 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
     from .evaluate import DEFAULT_SHARD, _WorkerSetup
 
     per_unit = max(1, int(options.get("shard_size") or DEFAULT_SHARD) // spec.batch_size)
-    modules = tuple(sorted({type(x).__module__ for x in [setup.dataset, *setup.models.values()]}
-                           - {"__main__", "builtins"}))
+    # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
+    # worker imports them first, so what the user registered by name is registered there too
+    kinds = [setup.dataset, *setup.models.values(), *(c.shift for c in conditions)]
+    modules = tuple(sorted({type(x).__module__ for x in kinds} - {"__main__", "builtins"}))
     modules = tuple(m for m in modules if not m.startswith("shiftbench."))
     ws = _WorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
     open_: dict[int, dict[str, dict[int, dict]]] = {}
