@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import tiny_hub
+import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
 from e2e import kill_and_resume, row_key
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.engine.store import Store
@@ -52,9 +53,32 @@ def test_ray_rows_equal_local_rows(cirr, ray_cluster, tmp_path, one_thread, para
         assert preds(a, ray_rows) == preds(b, local) and len(preds(a, ray_rows)) == 2 * 4 * 2
 
 
-def test_ray_driver_killed_mid_run_resumes(cirr, ray_cluster, tmp_path, one_thread):
-    root, clip = cirr
-    spec = _spec(root, clip, engine={"name": "ray", "address": ray_cluster["address"]},
-                 shifts=[{"name": "gaussian_noise", "severity": 5}, "clean"])
-    ref, resumed, partial = kill_and_resume(spec, tmp_path, min_batches=1, min_done=1, delay=0.5)
+def test_ray_driver_killed_mid_run_resumes(ray_cluster, tmp_path):
+    """A driver killed mid-run (SIGKILL) resumes from the batches it saved to the uninterrupted rows; the
+    fake retrievers keep this test to Ray's own start-up costs."""
+    from cir_fakes import fake_retrievers
+
+    spec = {"dataset": "objects-cir", "dataset_params": {"split": "val"}, "models": ["image_only", "combiner"],
+            "batch_size": 8, "limit": 35, "shifts": ["clean", {"name": "_test_noise", "severities": [2, 5]}],
+            "metrics": ["recall", "rank"], "engine": {"name": "ray", "address": ray_cluster["address"]}}
+    setup = "import tiny_registry\nfrom cir_fakes import fake_retrievers\nmodels = fake_retrievers()"
+    ref, resumed, partial = kill_and_resume(spec, tmp_path, setup=setup, models=fake_retrievers(), min_batches=1,
+                                            min_done=1, delay=0.3)
     assert 0 < len(partial) < len(ref) and row_key(resumed) == row_key(ref)
+
+
+def test_ray_with_retriever_objects_and_a_user_shift(ray_cluster, tmp_path):
+    """Retrievers the caller passed as objects travel pickled; the tests' registered shift is imported on
+    the workers; units finish out of order and shifted conditions wait for clean's values."""
+    from cir_fakes import fake_retrievers
+
+    models = fake_retrievers()
+    spec = {"dataset": "objects-cir", "dataset_params": {"split": "val", "corrupt_gallery": True},
+            "models": ["image_only", "text_only", "combiner"], "batch_size": 8, "limit": 35,
+            "shifts": [{"name": "_test_noise", "severities": [2, 5]}, "clean", {"name": "text_swap", "severity": 3}],
+            "metrics": ["recall", "recall_subset", "rank"]}
+    local = evaluate(spec, store=tmp_path / "local.db", models=models)
+    ray_rows = evaluate(spec, store=tmp_path / "ray.db", models=models, engine="ray",
+                        address=ray_cluster["address"], workers=2, shard_size=8)
+    assert row_key(ray_rows) == row_key(local)
+    assert sum(r["metric"] == "gamma@10" for r in ray_rows) == 3 * 3
