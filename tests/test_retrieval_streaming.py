@@ -121,6 +121,10 @@ def test_gallery_cache_stays_bounded_over_many_conditions(tmp_path, retrievers):
         bounded = run_retrieval(spec, store, setup=setup, cache=cache)
     assert len({k for k in computed if k[1] != "clean"}) == 5 * 2  # 5 corrupted galleries x 2 image encoders
     assert max(sizes) <= 2 and len(cache.clean) == 2
+    # clean query features are kept per (encoder, image/text, batch) and reused by later conditions
+    assert sorted({(k[0], k[1]) for k in cache.queries}) == [("shared:test_shared", "image"), ("shared:test_shared", "text"),
+                                                            ("test_colour_grid", "image"), ("test_hashed_words", "text")]
+    assert len(cache.queries) == 4 * 5  # 35 queries in batches of 8
     unbounded = GalleryCache(max_corrupted=1000)
     with Store(tmp_path / "b.db") as store:
         reference = run_retrieval(spec, store, setup=setup, cache=unbounded)

@@ -172,6 +172,7 @@ def subset_ranks(scores_of: Any, composed: np.ndarray, gallery_feats: np.ndarray
 
 # -- the run ------------------------------------------------------------------------------------------
 CORRUPT_GALLERIES_KEPT = 2  # corrupted-gallery features kept at once (conditions run in order, so 1 suffices)
+CLEAN_QUERY_BYTES = 256 << 20  # clean query features kept for reuse (beyond it a batch's are computed again)
 
 
 class GalleryCache:
@@ -185,6 +186,19 @@ class GalleryCache:
         self.clean: dict[str, np.ndarray] = {}
         self.corrupted: "OrderedDict[tuple[str, str], np.ndarray]" = OrderedDict()
         self.max_corrupted = max_corrupted
+        # clean features of a query batch per (encoder, "image" | "text", batch): a text shift reuses the clean
+        # reference features, an image shift the clean text features (a few KB per query, within a budget)
+        self.queries: dict[tuple[str, str, int], np.ndarray] = {}
+        self.query_bytes = 0
+
+    def query_features(self, key: tuple[str, str, int], compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if key in self.queries:
+            return self.queries[key]
+        feats = np.asarray(compute())
+        if self.query_bytes + feats.nbytes <= CLEAN_QUERY_BYTES:
+            self.queries[key] = feats
+            self.query_bytes += feats.nbytes
+        return feats
 
     def __len__(self) -> int:
         return len(self.clean) + len(self.corrupted)
@@ -318,6 +332,8 @@ def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence
     subsets = setup.subsets[idx.start:idx.stop]
     gallery_key = "clean" if (cond.shift_name == "clean" or not setup.corrupt_gallery or cond.shift.kind == "text") \
         else f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
+    clean_refs = cond.shift_name == "clean" or cond.shift.kind == "text"
+    clean_texts = cond.shift_name == "clean" or cond.shift.kind != "text"
     refs: dict[str, np.ndarray] = {}  # per image encoder, for this batch: retrievers sharing one encode once
     texts: dict[str, np.ndarray] = {}
     out = []
@@ -325,9 +341,17 @@ def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence
         model = setup.models[m]
         g_feats = cache.features(model, setup.dataset, setup.gallery, gallery_key, cond, spec.seed)
         if model.gallery_key not in refs:
-            refs[model.gallery_key] = _reference_features(model, queries)
+            if clean_refs:
+                refs[model.gallery_key] = cache.query_features((model.gallery_key, "image", b),
+                                                               lambda: _reference_features(model, queries))
+            else:
+                refs[model.gallery_key] = _reference_features(model, queries)
         if model.text_key not in texts:
-            texts[model.text_key] = model.text_features([q.text for q in queries])
+            if clean_texts:
+                texts[model.text_key] = cache.query_features((model.text_key, "text", b),
+                                                             lambda: model.text_features([q.text for q in queries]))
+            else:
+                texts[model.text_key] = model.text_features([q.text for q in queries])
         composed = model.compose(refs[model.gallery_key], texts[model.text_key])
         top, _, ranks = retrieve(composed, g_feats, targets, exclude, k=max(RECALL_KS), similarity=(
             None if type(model).similarity is _default_similarity() else model.similarity))
