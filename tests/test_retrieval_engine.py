@@ -87,7 +87,8 @@ class _Failing(ImageOnly):
 
 def test_killed_run_resumes_to_the_same_rows(tmp_path, rows, retrievers):
     db = tmp_path / "r.db"
-    failing = {**retrievers, "image_only": _Failing(fail_at=3)}
+    # 35 queries in batches of 32: two batches per condition; the 4th compose is _test_noise s2's second batch
+    failing = {**retrievers, "image_only": _Failing(fail_at=4)}
     with pytest.raises(KeyboardInterrupt):
         evaluate(SPEC, store=db, models=failing)
     with Store(db) as store:
@@ -95,7 +96,9 @@ def test_killed_run_resumes_to_the_same_rows(tmp_path, rows, retrievers):
     assert 0 < done_before < len(rows)
     counting = _Failing(fail_at=-1)
     resumed = evaluate(SPEC, store=db, models={**retrievers, "image_only": counting})
-    assert counting.calls == 2  # only the two unfinished image_only conditions ran again
+    # only image_only's unsaved batches ran again: the second of _test_noise s2 (its first was saved before
+    # the kill), then both batches of the two conditions after it
+    assert counting.calls == 5
     key = lambda r: (r["model"], r["shift"], r["severity"], r["metric"])  # noqa: E731
     assert sorted((key(r), r["value"]) for r in resumed) == sorted((key(r), r["value"]) for r in rows)
     assert len({key(r) for r in resumed}) == len(resumed)

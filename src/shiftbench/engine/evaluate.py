@@ -292,7 +292,7 @@ class _Runner:
 
             return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
                                  setup=plan.retrieval, new_run=self.new_run, on_start=self._started,
-                                 on_batch=self.on_batch)
+                                 on_batch=self.on_batch, engine=self.engine)
         dataset, models, metrics, conditions = plan.dataset, plan.models, plan.metrics, plan.conditions
         dataset_name = spec.dataset
         run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),

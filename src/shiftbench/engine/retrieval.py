@@ -1,11 +1,14 @@
 """The composed-retrieval evaluation: retrievers x (clean + shifts x severities) on a retrieval dataset -> store rows.
 
 Called by the runner (engine/evaluate.py) when a spec's models are retrievers (``task="retrieval"``).
-Per condition: the queries are corrupted once (reference images for image shifts, texts for text
-shifts; the gallery too when ``dataset_params.corrupt_gallery`` is true), features are computed once per
-encoder and shared by every retriever that uses it (gallery features once per image encoder and gallery
-condition), and ranking is a batched matrix product with top-k. Each finished (retriever, condition)
-is one store transaction, so a killed run resumes at the first unfinished condition.
+Per condition the queries stream in batches of ``batch_size``: a batch is loaded and corrupted
+(reference images for image shifts, each distinct reference once; texts for text shifts), its features
+are computed once per encoder and shared by every retriever that uses it, and ranked against the gallery
+features (a batched matrix product with top-k). Gallery features are kept per image encoder (clean) and
+in a small LRU (corrupted, with ``dataset_params.corrupt_gallery: true``). Each (retriever, condition,
+batch) is one store transaction holding that batch's ranks, so a killed run resumes at the first unsaved
+batch; a finished condition's rows come from its batches merged in order. With the ray engine, units of
+(condition, query shard) run on Ray actors and this process stays the only store writer.
 
 Rows: ``model`` = the retriever's label, ``R@K`` / ``R_subset@K`` / ``mean_rank`` / ``median_rank``,
 per-category ``R@K[category]``, and for every shifted condition ``gamma@K`` = 1 - (R_clean - R) / R_clean
@@ -29,7 +32,7 @@ from .evaluate import Condition
 from .store import ConditionKey, Store
 
 __all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
-           "validate_queries"]
+           "validate_queries", "GalleryCache", "score_batch", "merge_batches"]
 
 TOPK_LOGGED = 10
 
@@ -168,19 +171,70 @@ def subset_ranks(scores_of: Any, composed: np.ndarray, gallery_feats: np.ndarray
 
 
 # -- the run ------------------------------------------------------------------------------------------
+CORRUPT_GALLERIES_KEPT = 2  # corrupted-gallery features kept at once (conditions run in order, so 1 suffices)
+CLEAN_QUERY_BYTES = 256 << 20  # clean query features kept for reuse (beyond it a batch's are computed again)
 
-class _Features:
-    """Feature caches of one run: gallery per (image encoder, gallery condition), queries per condition."""
 
-    def __init__(self) -> None:
-        self.gallery: dict[tuple[str, str], np.ndarray] = {}
-        self.references: dict[tuple[str, str], dict[str, np.ndarray]] = {}
-        self.texts: dict[tuple[str, str], np.ndarray] = {}
+class GalleryCache:
+    """Gallery features of one run: the clean ones per image encoder (used by most conditions), corrupted
+    ones (``corrupt_gallery: true``) in a small LRU, so a run over many conditions never holds a copy per
+    condition."""
+
+    def __init__(self, max_corrupted: int = CORRUPT_GALLERIES_KEPT) -> None:
+        from collections import OrderedDict
+
+        self.clean: dict[str, np.ndarray] = {}
+        self.corrupted: "OrderedDict[tuple[str, str], np.ndarray]" = OrderedDict()
+        self.max_corrupted = max_corrupted
+        # clean features of a query batch per (encoder, "image" | "text", batch): a text shift reuses the clean
+        # reference features, an image shift the clean text features (a few KB per query, within a budget)
+        self.queries: dict[tuple[str, str, int], np.ndarray] = {}
+        self.query_bytes = 0
+
+    def query_features(self, key: tuple[str, str, int], compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if key in self.queries:
+            return self.queries[key]
+        feats = np.asarray(compute())
+        if self.query_bytes + feats.nbytes <= CLEAN_QUERY_BYTES:
+            self.queries[key] = feats
+            self.query_bytes += feats.nbytes
+        return feats
+
+    def __len__(self) -> int:
+        return len(self.clean) + len(self.corrupted)
+
+    def features(self, model: Any, dataset: Any, gallery: "GalleryIndex", gallery_key: str, cond: Condition,
+                 seed: int) -> np.ndarray:
+        if gallery_key == "clean":
+            if model.gallery_key not in self.clean:
+                self.clean[model.gallery_key] = _compute_gallery(model, dataset, gallery)
+            return self.clean[model.gallery_key]
+        key = (model.gallery_key, gallery_key)
+        if key in self.corrupted:
+            self.corrupted.move_to_end(key)
+            return self.corrupted[key]
+        from ..shifts.retrieval import CorruptedRetrieval
+
+        feats = _compute_gallery(model, CorruptedRetrieval(dataset, cond.shift, cond.severity, seed, gallery=True),
+                                 gallery)
+        self.corrupted[key] = feats
+        while len(self.corrupted) > self.max_corrupted:
+            self.corrupted.popitem(last=False)
+        return feats
+
+
+def _compute_gallery(model: Any, source: Any, gallery: "GalleryIndex") -> np.ndarray:
+    feats = []
+    for start in range(0, len(gallery.ids), 256):  # bounded memory for large galleries
+        images = [source.load_gallery(g).image for g in gallery.ids[start:start + 256]]
+        feats.append(model.gallery_features(images))
+    return np.concatenate(feats).astype(np.float32)
 
 
 @dataclass
 class RetrievalSetup:
-    """A retrieval run set up and checked, nothing computed (the runner's ``prepare`` for retrievers)."""
+    """A retrieval run set up and checked, nothing computed (the runner's ``prepare`` for retrievers).
+    Queries are kept as small metadata (ids, indices, categories): their images are loaded batch by batch."""
 
     dataset: Any
     corrupt_gallery: bool
@@ -188,7 +242,7 @@ class RetrievalSetup:
     models: dict[str, Any]
     metric_names: list[str]
     gallery: "GalleryIndex"
-    clean_queries: list[Query]
+    query_ids: list[str]
     targets: np.ndarray
     exclude: np.ndarray
     subsets: list
@@ -196,7 +250,8 @@ class RetrievalSetup:
 
 
 def setup_retrieval(spec: Spec, given_models: dict[str, Any] | None = None) -> RetrievalSetup:
-    """Open the retrieval dataset, load the retrievers, check the metrics and every query."""
+    """Open the retrieval dataset, load the retrievers, check the metrics and every query (one at a time:
+    only each query's ids, indices and category are kept)."""
     from ..datasets import load
     from ..metrics.base import check_task
 
@@ -225,21 +280,27 @@ def setup_retrieval(spec: Spec, given_models: dict[str, Any] | None = None) -> R
             raise SpecError(f"metrics: {exc}") from None
 
     gallery = GalleryIndex.of(dataset)
-    clean_queries = [dataset.load(i) for i in range(n_queries)]
-    targets, exclude, subsets = validate_queries(clean_queries, gallery)
     # queries without a category (CIRR) get the CIRR-D keyword category of their text, for R@K[category]
     from ..shifts.retrieval import primary_category
 
-    categories = [q.category or primary_category(q.text) for q in clean_queries]
-    return RetrievalSetup(dataset, corrupt_gallery, n_queries, models, metric_names, gallery, clean_queries,
-                          targets, exclude, subsets, categories)
+    ids, targets, exclude, subsets, categories = [], [], [], [], []
+    for i in range(n_queries):
+        q = dataset.load(i)
+        t, ex, sub = validate_queries([q], gallery)
+        ids.append(str(q.id))
+        targets.append(int(t[0]))
+        exclude.append(int(ex[0]))
+        subsets.extend(sub)
+        categories.append(q.category or primary_category(q.text))
+    return RetrievalSetup(dataset, corrupt_gallery, n_queries, models, metric_names, gallery, ids,
+                          np.array(targets, np.int64), np.array(exclude, np.int64), subsets, categories)
 
 
 class _QueryIds:
     """The queries a run reads, as the identity's dataset fingerprint sees them (their ids)."""
 
-    def __init__(self, queries: list[Query], gallery: "GalleryIndex"):
-        self.ids = [str(q.id) for q in queries] + [f"gallery:{g}" for g in gallery.ids]
+    def __init__(self, query_ids: list[str], gallery: "GalleryIndex"):
+        self.ids = list(query_ids) + [f"gallery:{g}" for g in gallery.ids]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -248,68 +309,281 @@ class _QueryIds:
         return self.ids[i]
 
 
+def _conditions(spec: Spec) -> list[Condition]:
+    out = []
+    for s in spec.shifts:
+        shift = SHIFTS.create(s.name, **s.params)
+        for severity in s.severities:
+            out.append(Condition(s.name, dict(s.params), severity, shift))
+    return out
+
+
+def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence[str], spec: Spec,
+                cache: GalleryCache) -> list[tuple[str, dict[str, Any], list | None]]:
+    """Batch ``b`` of the queries under ``cond``, ranked by each retriever in ``labels``: (label, state to
+    save, predictions or None). The state holds the batch's target ranks and subset ranks; a condition's
+    rows are computed from its batches merged in order (:func:`merge_batches`)."""
+    from .evaluate import COUNT_KEY, STATE_FORMAT, STATE_FORMAT_KEY
+
+    batch = spec.batch_size
+    idx = range(b * batch, min((b + 1) * batch, setup.n_queries))
+    queries = _shifted_queries([setup.dataset.load(i) for i in idx], cond, spec.seed)
+    targets, exclude = setup.targets[idx.start:idx.stop], setup.exclude[idx.start:idx.stop]
+    subsets = setup.subsets[idx.start:idx.stop]
+    gallery_key = "clean" if (cond.shift_name == "clean" or not setup.corrupt_gallery or cond.shift.kind == "text") \
+        else f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
+    clean_refs = cond.shift_name == "clean" or cond.shift.kind == "text"
+    clean_texts = cond.shift_name == "clean" or cond.shift.kind != "text"
+    refs: dict[str, np.ndarray] = {}  # per image encoder, for this batch: retrievers sharing one encode once
+    texts: dict[str, np.ndarray] = {}
+    out = []
+    for m in labels:
+        model = setup.models[m]
+        g_feats = cache.features(model, setup.dataset, setup.gallery, gallery_key, cond, spec.seed)
+        if model.gallery_key not in refs:
+            if clean_refs:
+                refs[model.gallery_key] = cache.query_features((model.gallery_key, "image", b),
+                                                               lambda: _reference_features(model, queries))
+            else:
+                refs[model.gallery_key] = _reference_features(model, queries)
+        if model.text_key not in texts:
+            if clean_texts:
+                texts[model.text_key] = cache.query_features((model.text_key, "text", b),
+                                                             lambda: model.text_features([q.text for q in queries]))
+            else:
+                texts[model.text_key] = model.text_features([q.text for q in queries])
+        composed = model.compose(refs[model.gallery_key], texts[model.text_key])
+        top, _, ranks = retrieve(composed, g_feats, targets, exclude, k=max(RECALL_KS), similarity=(
+            None if type(model).similarity is _default_similarity() else model.similarity))
+        sub = subset_ranks(model.similarity, composed, g_feats, targets, subsets)
+        state = {"ranks": [int(r) for r in ranks], "subset_ranks": sub, STATE_FORMAT_KEY: STATE_FORMAT,
+                 COUNT_KEY: len(queries)}
+        predictions = None
+        if spec.log_samples:
+            predictions = [(q.id, {"target": q.target_id, "rank": int(r), "text": q.text,
+                                   "top": [setup.gallery.ids[j] for j in top[i, :TOPK_LOGGED]]})
+                           for i, (q, r) in enumerate(zip(queries, ranks))]
+        out.append((m, state, predictions))
+    return out
+
+
+def merge_batches(setup: RetrievalSetup, states: dict[int, dict[str, Any]]) -> dict[str, tuple]:
+    """A condition's results from its batches' states, merged in batch order."""
+    order = sorted(states)
+    ranks = np.array([r for b in order for r in states[b]["ranks"]], np.int64)
+    sub = [r for b in order for r in states[b]["subset_ranks"]]
+    return _results(setup.metric_names, ranks, sub, setup.categories, len(ranks))
+
+
+class _Finisher:
+    """Writes a finished (retriever, condition): a shifted condition's gammas need that retriever's clean
+    values, so it is held until its clean condition is finished (units may finish out of order)."""
+
+    def __init__(self, store: Store, setup: RetrievalSetup, conditions: list[Condition], cids: dict,
+                 clean_values: dict) -> None:
+        self.store, self.setup, self.conditions, self.cids = store, setup, conditions, cids
+        self.clean_values = clean_values
+        clean = [i for i, c in enumerate(conditions) if c.shift_name == "clean"]
+        self.clean_ci = clean[0] if clean else None
+        self.held: dict[str, list[tuple[int, dict]]] = {}
+
+    def _clean_pending(self, m: str) -> bool:
+        return self.clean_ci is not None and not self.store.is_done(self.cids[(m, self.clean_ci)])
+
+    def complete(self, m: str, ci: int, states: dict[int, dict[str, Any]]) -> None:
+        results = merge_batches(self.setup, states)
+        if self.conditions[ci].shift_name == "clean":
+            self.clean_values[m] = {k: v[0] for k, v in results.items()}
+            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
+            for hci, hresults in self.held.pop(m, []):
+                hresults.update(_gammas(hresults, self.clean_values.get(m)))
+                self.store.finish_condition(self.cids[(m, hci)], hresults, n=self.setup.n_queries)
+        elif self._clean_pending(m):
+            self.held.setdefault(m, []).append((ci, results))
+        else:
+            results.update(_gammas(results, self.clean_values.get(m)))
+            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
+
+    def close(self) -> None:
+        for m, items in self.held.items():  # only when the clean condition never finished (cannot happen)
+            for ci, results in items:
+                self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
+        self.held.clear()
+
+
+def _restore(store: Store, cid: int, m: str, cond: Condition) -> dict[int, dict[str, Any]]:
+    """The batches saved for a condition before a kill; saved by an older shiftbench (one state for all
+    queries, or none) they are dropped and the condition starts again."""
+    from .evaluate import STATE_FORMAT, STATE_FORMAT_KEY
+
+    saved = store.batches(cid)
+    if any(s.get(STATE_FORMAT_KEY) != STATE_FORMAT or "ranks" not in s for s in saved.values()):
+        store.clear_batches(cid)
+        return {}
+    return saved
+
+
 def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress: bool = False,
                   given_models: dict[str, Any] | None = None, setup: RetrievalSetup | None = None,
                   new_run: bool = False, on_start: Any = None,
-                  on_batch: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
+                  on_batch: Callable[[str, int], None] | None = None,
+                  engine: dict[str, Any] | None = None, cache: GalleryCache | None = None) -> list[dict[str, Any]]:
     """Evaluate a retrieval spec into ``store``; returns the run's rows. A run resumes only when its
     identity (weights, dataset files, version; engine/identity.py) is unchanged, or with ``new_run``.
-    ``on_batch(model, 0)`` is called after each finished (model, condition): all queries are one batch."""
+    Queries go in batches of ``spec.batch_size``, each (retriever, condition, batch) saved on its own, so a
+    killed run resumes at the first unsaved batch; ``on_batch(model, batch)`` is called after each save.
+    ``engine`` ``{"name": "ray", ...}`` runs (condition, query shard) units on Ray actors; the rows are
+    the local engine's."""
     from .identity import run_identity
     from .provenance import git_hash, versions
 
     setup = setup or setup_retrieval(spec, given_models)
-    dataset, corrupt_gallery, n_queries = setup.dataset, setup.corrupt_gallery, setup.n_queries
-    models, metric_names, gallery = setup.models, setup.metric_names, setup.gallery
-    clean_queries, targets, exclude, subsets = setup.clean_queries, setup.targets, setup.exclude, setup.subsets
-    categories = setup.categories
-    identity = run_identity(spec, _QueryIds(clean_queries, gallery), models)
+    identity = run_identity(spec, _QueryIds(setup.query_ids, setup.gallery), setup.models)
     run_id = store.start_run(spec.raw, spec.seed, run_id=run_id, versions=versions(), git_hash=git_hash(),
                              name=spec.name, identity=identity, new_run=new_run)
     if on_start is not None:
         on_start(run_id)
-    conditions = []
-    for s in spec.shifts:
-        shift = SHIFTS.create(s.name, **s.params)
-        for severity in s.severities:
-            conditions.append(Condition(s.name, dict(s.params), severity, shift))
+    conditions = _conditions(spec)
+    models = setup.models
     cids = {(m, i): store.condition(run_id, ConditionKey(m, spec.dataset, c.shift_name, c.params, c.severity))
             for m in models for i, c in enumerate(conditions)}
-    clean_values = _stored_clean(store, run_id, spec.dataset)
-    cache = _Features()
+    finisher = _Finisher(store, setup, conditions, cids, _stored_clean(store, run_id, spec.dataset))
+    n_batches = (setup.n_queries + spec.batch_size - 1) // spec.batch_size
     say = (lambda msg: print(msg, flush=True)) if progress else (lambda msg: None)
-    for ci, cond in enumerate(conditions):
-        pending = [m for m in models if not store.is_done(cids[(m, ci)])]
-        if not pending:
-            continue
-        t0 = time.perf_counter()
-        queries = _shifted_queries(clean_queries, cond, spec.seed)
-        gallery_key = "clean" if (cond.shift_name == "clean" or not corrupt_gallery or cond.shift.kind == "text") \
-            else f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
-        for m in pending:
-            model = models[m]
-            g_feats = _gallery_features(cache, model, dataset, gallery, gallery_key, cond, spec.seed)
-            r_feats = _reference_features(cache, model, queries, cond)
-            t_feats = _text_features(cache, model, queries, cond)
-            composed = model.compose(r_feats, t_feats)
-            top, _, ranks = retrieve(composed, g_feats, targets, exclude, k=max(RECALL_KS), similarity=(
-                None if type(model).similarity is _default_similarity() else model.similarity))
-            results = _results(metric_names, ranks, subset_ranks(model.similarity, composed, g_feats, targets, subsets),
-                               categories, n_queries)
-            if cond.shift_name == "clean":
-                clean_values[m] = {k: v[0] for k, v in results.items()}
-            else:
-                results.update(_gammas(results, clean_values.get(m)))
-            if spec.log_samples:
-                store.save_batch(cids[(m, ci)], 0, {}, predictions=[
-                    (q.id, {"target": q.target_id, "rank": int(r), "top": [gallery.ids[j] for j in top[i, :TOPK_LOGGED]],
-                            "text": q.text}) for i, (q, r) in enumerate(zip(queries, ranks))])
-            store.finish_condition(cids[(m, ci)], results, n=n_queries)
-            if on_batch is not None:
-                on_batch(m, 0)
-        say(f"{cond.shift_name} s{cond.severity}: {len(pending)} retrievers in {time.perf_counter() - t0:.1f} s")
+    if (engine or {}).get("name", "local") == "ray":
+        _run_ray(spec, store, setup, conditions, cids, finisher, n_batches, dict(given_models or {}), engine or {},
+                 on_batch)
+    else:
+        cache = cache if cache is not None else GalleryCache()
+        for ci, cond in enumerate(conditions):
+            pending = {m: _restore(store, cids[(m, ci)], m, cond) for m in models if not store.is_done(cids[(m, ci)])}
+            if not pending:
+                continue
+            t0 = time.perf_counter()
+            for b in range(n_batches):
+                labels = [m for m, saved in pending.items() if b not in saved]
+                for m, state, predictions in (score_batch(setup, cond, b, labels, spec, cache) if labels else []):
+                    store.save_batch(cids[(m, ci)], b, state, predictions=predictions)
+                    pending[m][b] = state
+                    if on_batch is not None:
+                        on_batch(m, b)
+            for m, saved in pending.items():
+                finisher.complete(m, ci, saved)
+            say(f"{cond.shift_name} s{cond.severity}: {len(pending)} retrievers in {time.perf_counter() - t0:.1f} s")
+    finisher.close()
     store.finish_run(run_id)
     return store.rows(run_id)
+
+
+# -- the ray engine -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _RetrievalWorkerSetup:
+    """What a worker needs to set the run up itself (as evaluate.py's ray engine): the spec (retrievers
+    built by name there), retrievers the caller passed as objects (sent pickled), modules that register
+    the user's classes, the driver's cwd (relative paths in the spec mean the same on a shared file system)."""
+
+    key: str
+    spec: Spec
+    models: dict[str, Any]
+    modules: tuple[str, ...]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class _RetrievalUnit:
+    setup: Any  # an engine handle to the _RetrievalWorkerSetup
+    ci: int
+    batches: tuple[int, ...]
+    needs: tuple[tuple[str, tuple[int, ...]], ...]  # (retriever label, the batches it still needs)
+
+
+_WORKER: dict[Any, tuple[Spec, RetrievalSetup, list[Condition], GalleryCache]] = {}
+
+
+def _worker_setup(handle: Any) -> tuple[Spec, RetrievalSetup, list[Condition], GalleryCache]:
+    """The run set up once on this worker (dataset opened, retrievers loaded, gallery cache), reused by
+    every later unit of the run."""
+    import importlib
+    import os
+
+    from .engines import fetch
+
+    key = handle.hex() if hasattr(handle, "hex") and callable(handle.hex) else getattr(handle, "key", id(handle))
+    if key not in _WORKER:
+        ws = fetch(handle)
+        _WORKER.clear()  # one run's replicas at a time
+        if os.path.isdir(ws.cwd):
+            os.chdir(ws.cwd)
+        for module in ws.modules:
+            importlib.import_module(module)
+        _WORKER[key] = (ws.spec, setup_retrieval(ws.spec, ws.models), _conditions(ws.spec), GalleryCache())
+    return _WORKER[key]
+
+
+def _run_retrieval_unit(unit: _RetrievalUnit) -> list[tuple[str, int, dict[str, Any], list | None]]:
+    """Score a unit's batches with every retriever that needs them (runs on a worker)."""
+    spec, setup, conditions, cache = _worker_setup(unit.setup)
+    needs = dict(unit.needs)
+    out = []
+    for b in unit.batches:
+        labels = [m for m, bs in needs.items() if b in bs]
+        for m, state, predictions in score_batch(setup, conditions[unit.ci], b, labels, spec, cache):
+            out.append((m, b, state, predictions))
+    return out
+
+
+def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[Condition], cids: dict,
+             finisher: _Finisher, n_batches: int, given_models: dict[str, Any], options: dict[str, Any],
+             on_batch: Callable[[str, int], None] | None) -> None:
+    """Units of (condition, query shard) on Ray actors; the results come back here, the only writer of the
+    store, saved batch by batch as the local loop saves them."""
+    import os
+    import uuid
+
+    from .engines import make_engine
+    from .evaluate import DEFAULT_SHARD
+
+    per_unit = max(1, int(options.get("shard_size") or DEFAULT_SHARD) // spec.batch_size)
+    # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
+    # worker imports them first, so what the user registered by name is registered there too
+    kinds = [setup.dataset, *setup.models.values(), *(c.shift for c in conditions)]
+    modules = tuple(sorted({type(x).__module__ for x in kinds} - {"__main__", "builtins"}))
+    modules = tuple(m for m in modules if not m.startswith("shiftbench."))
+    ws = _RetrievalWorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
+    open_: dict[int, dict[str, dict[int, dict]]] = {}
+    workers = options.get("workers")
+    with make_engine("ray", workers=int(workers) if workers else 1, address=options.get("address")) as eng:
+        handle = eng.share(ws)
+
+        def units():
+            for ci, cond in enumerate(conditions):
+                pending = {m: _restore(store, cids[(m, ci)], m, cond) for m in setup.models
+                           if not store.is_done(cids[(m, ci)])}
+                if not pending:
+                    continue
+                needed = [b for b in range(n_batches) if any(b not in saved for saved in pending.values())]
+                if not needed:  # every batch was saved before a kill: only the merge is left
+                    for m, saved in pending.items():
+                        finisher.complete(m, ci, saved)
+                    continue
+                open_[ci] = pending
+                for start in range(0, len(needed), per_unit):
+                    chunk = tuple(needed[start:start + per_unit])
+                    yield _RetrievalUnit(handle, ci, chunk, tuple(
+                        (m, tuple(b for b in chunk if b not in saved)) for m, saved in pending.items()))
+
+        for unit, scored in eng.imap(_run_retrieval_unit, units(), stage="model"):
+            pending = open_[unit.ci]
+            for m, b, state, predictions in scored:
+                store.save_batch(cids[(m, unit.ci)], b, state, predictions=predictions)
+                pending[m][b] = state
+                if on_batch is not None:
+                    on_batch(m, b)
+            for m in list(pending):
+                if len(pending[m]) == n_batches:
+                    finisher.complete(m, unit.ci, pending.pop(m))
+            if not pending:
+                del open_[unit.ci]
 
 
 def _default_similarity():
@@ -331,7 +605,8 @@ def _shifted_queries(queries: list[Query], cond: Condition, seed: int) -> list[Q
 
     if cond.shift.kind == "text":
         return [corrupt_query(q, cond.shift, cond.severity, seed) for q in queries]
-    # a reference image shared by several queries is corrupted once (its draw is seeded by its image id)
+    # a reference image shared by several queries is corrupted once (its draw is seeded by its image id,
+    # so it is the same in any batch)
     done: dict[str, Query] = {}
     out = []
     for q in queries:
@@ -343,44 +618,14 @@ def _shifted_queries(queries: list[Query], cond: Condition, seed: int) -> list[Q
     return out
 
 
-def _gallery_features(cache: _Features, model: Any, dataset: Any, gallery: GalleryIndex, gallery_key: str,
-                      cond: Condition, seed: int) -> np.ndarray:
-    key = (model.gallery_key, gallery_key)
-    if key not in cache.gallery:
-        source = dataset
-        if gallery_key != "clean":
-            from ..shifts.retrieval import CorruptedRetrieval
-
-            source = CorruptedRetrieval(dataset, cond.shift, cond.severity, seed, gallery=True)
-        feats = []
-        for start in range(0, len(gallery.ids), 256):  # bounded memory for large galleries
-            images = [source.load_gallery(g).image for g in gallery.ids[start:start + 256]]
-            feats.append(model.gallery_features(images))
-        cache.gallery[key] = np.concatenate(feats).astype(np.float32)
-    return cache.gallery[key]
-
-
-def _reference_features(cache: _Features, model: Any, queries: list[Query], cond: Condition) -> np.ndarray:
-    condition = "clean" if cond.shift_name == "clean" or cond.shift.kind == "text" else \
-        f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
-    store = cache.references.setdefault((model.gallery_key, condition), {})
+def _reference_features(model: Any, queries: list[Query]) -> np.ndarray:
+    """Reference-image features of a batch, each distinct reference encoded once."""
     todo: dict[str, Any] = {}
     for q in queries:
-        if q.reference.id not in store and q.reference.id not in todo:
+        if q.reference.id not in todo:
             todo[q.reference.id] = q.reference.image
-    if todo:
-        feats = model.image_features(list(todo.values()))
-        store.update(zip(todo, feats))
-    return np.stack([store[q.reference.id] for q in queries])
-
-
-def _text_features(cache: _Features, model: Any, queries: list[Query], cond: Condition) -> np.ndarray:
-    condition = "clean" if cond.shift_name == "clean" or cond.shift.kind != "text" else \
-        f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
-    key = (model.text_key, condition)
-    if key not in cache.texts:
-        cache.texts[key] = model.text_features([q.text for q in queries])
-    return cache.texts[key]
+    feats = dict(zip(todo, model.image_features(list(todo.values()))))
+    return np.stack([feats[q.reference.id] for q in queries])
 
 
 def _results(metric_names: list[str], ranks: np.ndarray, sub_ranks: list, categories: list, n: int) -> dict:
