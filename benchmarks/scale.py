@@ -110,8 +110,9 @@ def _rows_key(rows: list[dict]) -> list[tuple]:
     return [tuple(json.dumps(r[k], sort_keys=True) for k in sorted(r) if k != "run_id") for r in rows]
 
 
-def demo_classification_spec(quick: bool) -> dict:
-    """configs/demo.yaml with only its clean + ImageNet-C conditions (``--quick``: clean + 3 at severity 3)."""
+def demo_classification_spec(quick: bool, severities: list[int] | None = None) -> dict:
+    """configs/demo.yaml with only its clean + ImageNet-C conditions (``--quick``: clean + 3 at severity 3;
+    ``severities``: every corruption at those severities only)."""
     import yaml
 
     from shiftbench.engine.generate import resolve_shifts
@@ -119,6 +120,8 @@ def demo_classification_spec(quick: bool) -> dict:
     spec = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
     common = set(resolve_shifts(["common"]))
     shifts = [s for s in spec["shifts"] if s == "clean" or (isinstance(s, dict) and s["name"] in common)]
+    if severities:
+        shifts = ["clean"] + [{"name": s["name"], "severities": list(severities)} for s in shifts[1:]]
     if quick:
         shifts = ["clean"] + [{"name": s["name"], "severities": [3]} for s in shifts[1:4]]
     spec["shifts"] = shifts
@@ -129,13 +132,14 @@ def n_conditions(spec: dict) -> int:
     return sum(1 if s == "clean" else len(s.get("severities", [s.get("severity", 1)])) for s in spec["shifts"])
 
 
-def bench_evaluate(workers: int, quick: bool) -> dict:
+def bench_evaluate(workers: int, quick: bool, severities: list[int] | None = None) -> dict:
     import ray
 
     from shiftbench.engine.evaluate import evaluate
     from shiftbench.engine.store import Store
 
-    spec = demo_classification_spec(quick)
+    load_before = os.getloadavg()[0]
+    spec = demo_classification_spec(quick, severities)
     conditions = n_conditions(spec)
     n_images = spec["limit"] * conditions * len(spec["models"])
     with tempfile.TemporaryDirectory(prefix="shiftbench-scale-") as tmp:
@@ -163,11 +167,12 @@ def bench_evaluate(workers: int, quick: bool) -> dict:
             local_store.close()
             ray_store.close()
     return {"task": f"evaluate demo classification: {len(spec['models'])} EfficientNet-Lite x {conditions} "
-                    f"conditions x {spec['limit']} images" + (" (quick)" if quick else ""),
+                    f"conditions x {spec['limit']} images" + (" (quick)" if quick else "")
+                    + (f" (severities {','.join(map(str, severities))})" if severities and not quick else ""),
             "images": n_images, "workers": workers, "local_s": local_s, "ray_s": ray_s,
             "local_per_s": n_images / local_s, "ray_per_s": n_images / ray_s, "ratio": local_s / ray_s,
             "rows": len(local), "rows_identical": same, "predictions_identical": same_predictions,
-            "load_before": os.getloadavg()[0]}
+            "conditions": conditions, "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
 def small_photo_folder(root: Path, n: int, size: int = 48) -> Path:
@@ -249,6 +254,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--shift-set", default="common")
     parser.add_argument("--severities", default="1-5")
+    parser.add_argument("--eval-severities", default=None,
+                        help="Evaluate: run every corruption at these severities only (e.g. 3); default 1-5.")
     parser.add_argument("--sizes", default="1000,20000", help="Memory: sample counts, comma separated.")
     parser.add_argument("--trace", action="store_true", help="Memory: also report tracemalloc's top lines.")
     parser.add_argument("--json", default=None, help="Also write the results to this JSON file (parts not run "
@@ -276,7 +283,10 @@ def main() -> None:
               f"{'yes' if row['bytes_identical'] else 'NO'} |")
         print(f"bytes written per engine: {row['bytes_written'] / 1e6:.1f} MB")
     if "evaluate" in parts:
-        row = bench_evaluate(args.workers, args.quick)
+        from shiftbench.engine.generate import parse_severities
+
+        severities = parse_severities(args.eval_severities) if args.eval_severities else None
+        row = bench_evaluate(args.workers, args.quick, severities)
         results["evaluate_quick" if args.quick else "evaluate"] = row
         print("| task | images | workers | local (s) | Ray (s) | local img/s | Ray img/s | ratio local/Ray | same rows |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---|")

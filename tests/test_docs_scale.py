@@ -91,7 +91,7 @@ def test_evaluate_figures_are_the_measured_ones() -> None:
     text = DOC.read_text()
     r = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
     ev, mem = r["evaluate"], r["memory"]
-    assert ev["rows_identical"] and ev["predictions_identical"] and ev["images"] == 3 * 76 * 64
+    assert ev["rows_identical"] and ev["predictions_identical"] and ev["images"] == 3 * ev["conditions"] * 64
     runs = {(run["engine"], run["samples"]): run for run in mem["runs"]}
     quoted = {
         f"| {ev['local_s']:.1f} | {ev['ray_s']:.1f} | {ev['local_per_s']:.1f} | {ev['ray_per_s']:.1f} | "
