@@ -177,7 +177,6 @@ def bench_evaluate(workers: int, quick: bool, severities: list[int] | None = Non
 
 def small_photo_folder(root: Path, n: int, size: int = 48) -> Path:
     """``n`` small PNG photos (the ``objects`` renders shrunk, mirrored on odd rounds) in 10 class folders."""
-    import numpy as np
     from PIL import Image
 
     import shiftbench as sb
