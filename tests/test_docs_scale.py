@@ -60,3 +60,45 @@ def test_cost_plan_figures_are_the_measured_ones() -> None:
     missing = [f"{what} ({figure})" for figure, what in quoted.items() if figure not in text]
     assert not missing, f"docs/scale.md does not quote the measured {missing}"
     assert r["unet"]["latent"] == 64 and 860 < r["unet"]["params_m"] < 870  # SD2's UNet, at full size
+
+
+def _scale_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "benchmarks" / "scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_evaluate_benchmark_is_the_demo_classification_part() -> None:
+    """benchmarks/scale.py measures what the doc says: demo.yaml's models, images and its 76 clean +
+    ImageNet-C conditions (the ObjectCompose ones left out), and the quick run is a strict subset."""
+    import yaml
+
+    bench = _scale_module()
+    demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    full, quick = bench.demo_classification_spec(False), bench.demo_classification_spec(True)
+    assert bench.n_conditions(full) == 76 and bench.n_conditions(quick) == 4
+    assert full["models"] == demo["models"] and full["limit"] == demo["limit"] == 64
+    assert all(s in demo["shifts"] for s in full["shifts"])
+    assert not any(isinstance(s, dict) and s["name"].startswith(("background", "object", "adversarial"))
+                   for s in full["shifts"])
+
+
+def test_evaluate_figures_are_the_measured_ones() -> None:
+    """The "Evaluate on Ray" figures quote benchmarks/results/scale.json (rounded as printed)."""
+    text = DOC.read_text()
+    r = json.loads((ROOT / "benchmarks" / "results" / "scale.json").read_text())
+    ev, mem = r["evaluate"], r["memory"]
+    assert ev["rows_identical"] and ev["predictions_identical"] and ev["images"] == 3 * ev["conditions"] * 64
+    runs = {(run["engine"], run["samples"]): run for run in mem["runs"]}
+    quoted = {
+        f"| {ev['local_s']:.1f} | {ev['ray_s']:.1f} | {ev['local_per_s']:.1f} | {ev['ray_per_s']:.1f} | "
+        f"{ev['ratio']:.2f} |": "evaluate timings",
+        **{f"| {engine} | {n:,} | {run['peak_rss_mb']:.1f} |": f"{engine} peak at {n}"
+           for (engine, n), run in runs.items()},
+    }
+    missing = [f"{what} ({figure})" for figure, what in quoted.items() if figure not in text]
+    assert not missing, f"docs/scale.md does not quote the measured {missing}"
+    assert {n for _, n in runs} == {1000, 20000} and {e for e, _ in runs} == {"local", "ray"}
