@@ -65,3 +65,17 @@ def test_budget_without_early_stop_and_bad_input():
         sb.create_shift("adversarial_texture", grid=1)
     with pytest.raises(ShiftbenchError, match="not differentiable"):
         sb.create_shift("adversarial_texture", model="dummy_classifier")(s)
+
+
+def test_same_bytes_whatever_the_threads_of_the_process(photos):
+    # a Ray actor runs with one torch thread, a workstation with many: the attack's gradient sums must not
+    # depend on that (it pins itself to one thread on a CPU and restores the setting)
+    s = photos[1]
+    shift = sb.create_shift("adversarial_texture", steps=4)
+    outputs = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        outputs.append(shift(s, severity=1, seed=3).image)
+        assert torch.get_num_threads() == threads
+    torch.set_num_threads(1)
+    assert np.array_equal(outputs[0], outputs[1])

@@ -47,6 +47,21 @@ def source_classifier(model: Any) -> Any:
     return _MODELS[model]
 
 
+class _one_torch_thread:
+    """torch's intra-op threads set to one inside the block (restored after)."""
+
+    def __enter__(self) -> None:
+        import torch
+
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        torch.set_num_threads(self.before)
+
+
 @SHIFTS.register("adversarial_texture", group="background",
                  description="background optimised (AdamW, CPU) to fool EfficientNet-Lite0; object kept exactly",
                  # the generic suite would run ~55 Lite0 attacks (about a minute on 2 cores); the same checks run
@@ -82,11 +97,22 @@ class AdversarialTexture(BackgroundShift):
         return {"weight": 1.0, "steps": steps, "init_seed": int(rng.integers(2**31))}
 
     def optimise(self, sample: Sample, params: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
-        """The optimised background (HxWx3 float32 0..255) and a record of the attack."""
+        """The optimised background (HxWx3 float32 0..255) and a record of the attack.
+
+        On a CPU the attack runs on one torch thread: the gradients' float sums otherwise depend on how
+        many threads split them, and the same seed must give the same bytes in this process, in a pool
+        worker and on a Ray actor (which gets one thread per CPU it holds).
+        """
+        model = source_classifier(self.model_ref)
+        if str(getattr(model, "device", "cpu")).startswith("cpu"):
+            with _one_torch_thread():
+                return self._optimise(model, sample, params)
+        return self._optimise(model, sample, params)
+
+    def _optimise(self, model: Any, sample: Sample, params: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
         import torch
         import torch.nn.functional as F
 
-        model = source_classifier(self.model_ref)
         num_classes = model.label_space.num_classes if getattr(model, "label_space", None) else None
         if num_classes is not None and not 0 <= sample.label < num_classes:
             raise ShiftbenchError(f"sample {sample.id}: label {sample.label} is outside the source classifier's "
