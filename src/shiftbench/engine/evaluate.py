@@ -10,6 +10,10 @@ batches, runs the rest, skips what is complete and never duplicates a row.
 
 Shifts are applied exactly as ``shiftbench generate`` applies them (same per-sample seeds), so an
 evaluation on the fly and one on a generated folder see the same pixels.
+
+The ray engine (``engine: ray``) runs the same steps as units of (condition, shard) on Ray actors that
+each set the run up once (``_worker_plan``) and return per-batch states (``_run_unit``); this process
+saves them exactly as the local loop does (``_save_scored``), so both engines write the same store.
 """
 
 from __future__ import annotations
