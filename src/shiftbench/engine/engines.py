@@ -244,6 +244,34 @@ def _chain_first(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
+_WORKER_STATE: dict[Any, Any] = {}  # per worker process: one run's setup, built once, kept loaded
+
+
+def worker_state(handle: Any, build: Callable[[Any], Any]) -> Any:
+    """``build(setup)`` for the setup behind an :meth:`Engine.share` handle, made once per worker process
+    and reused by every later unit of the run (one run's replicas at a time). The setup carries ``cwd``
+    (the driver's folder: relative paths in a spec mean the same on a shared file system) and
+    ``modules`` (imported first, so what the user registered by name is registered here too)."""
+    import importlib
+
+    key = handle.hex() if callable(getattr(handle, "hex", None)) else getattr(handle, "key", id(handle))
+    if key not in _WORKER_STATE:
+        setup = fetch(handle)
+        _WORKER_STATE.clear()
+        if os.path.isdir(setup.cwd):
+            os.chdir(setup.cwd)
+        for module in setup.modules:
+            importlib.import_module(module)
+        _WORKER_STATE[key] = build(setup)
+    return _WORKER_STATE[key]
+
+
+def user_modules(objects: Iterable[Any]) -> tuple[str, ...]:
+    """Modules outside shiftbench that define the classes of ``objects`` (a run's dataset, shifts, models)."""
+    names = {type(x).__module__ for x in objects}
+    return tuple(sorted(m for m in names if m not in ("__main__", "builtins") and not m.startswith("shiftbench.")))
+
+
 def fetch(handle: Any) -> Any:
     """The value behind an :meth:`Engine.share` handle (a Ray object reference is read from the object store)."""
     if type(handle).__name__ == "ObjectRef" and type(handle).__module__.startswith("ray"):

@@ -618,31 +618,20 @@ class _Unit:
     needs: tuple[tuple[str, tuple[int, ...]], ...]  # (model label, the batches it still needs)
 
 
-_WORKER: dict[str, tuple["_Runner", Plan]] = {}  # per worker process: the run set up once, kept loaded
-
-
 def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
-    """The run's setup on this worker: built on the first unit (dataset opened, model replicas loaded,
-    conditioning loaded), reused by every later unit of the run."""
-    import importlib
+    """The run's setup on this worker: built on the first unit (dataset, model replicas and conditioning
+    loaded), reused by every later unit of the run."""
+    from .engines import worker_state
 
-    from .engines import fetch
-
-    key = handle.hex() if hasattr(handle, "hex") and callable(handle.hex) else getattr(handle, "key", id(handle))
-    if key not in _WORKER:
-        setup: _WorkerSetup = fetch(handle)
-        _WORKER.clear()  # one run's replicas at a time
-        if os.path.isdir(setup.cwd):
-            os.chdir(setup.cwd)
-        for module in setup.modules:
-            importlib.import_module(module)
+    def build(setup: _WorkerSetup) -> tuple["_Runner", Plan]:
         runner = _Runner(setup.spec, None, None, False, setup.models, None)
         runner.verify = setup.verify
         runner.given_dataset = setup.dataset
         plan = runner.prepare()
         runner._n_samples = len(plan.dataset)
-        _WORKER[key] = (runner, plan)
-    return _WORKER[key]
+        return runner, plan
+
+    return worker_state(handle, build)
 
 
 def _run_unit(unit: _Unit) -> tuple[list[_Scored], list[tuple[str, bytes, dict[str, Any]]]]:
@@ -665,14 +654,12 @@ def _run_unit(unit: _Unit) -> tuple[list[_Scored], list[tuple[str, bytes, dict[s
 
 
 def _user_modules(plan: Plan) -> tuple[str, ...]:
-    """Modules outside shiftbench that define the run's dataset, shift or model classes: a fresh worker
-    imports them first, so what the user registered by name is registered there too."""
+    """Modules outside shiftbench that define the run's dataset, shift or model classes."""
+    from .engines import user_modules
     from .generate import base_of
 
-    types = [type(plan.dataset), type(base_of(plan.dataset))]
-    types += [type(c.shift) for c in plan.conditions] + [type(m) for m in plan.models.values()]
-    return tuple(sorted({t.__module__ for t in types} - {"__main__", "builtins"} - {
-        m for m in {t.__module__ for t in types} if m.startswith("shiftbench.")}))
+    return user_modules([plan.dataset, base_of(plan.dataset), *(c.shift for c in plan.conditions),
+                         *plan.models.values()])
 
 
 def _unsendable(setup: _WorkerSetup, exc: BaseException) -> str:

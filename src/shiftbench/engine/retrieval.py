@@ -497,27 +497,13 @@ class _RetrievalUnit:
     needs: tuple[tuple[str, tuple[int, ...]], ...]  # (retriever label, the batches it still needs)
 
 
-_WORKER: dict[Any, tuple[Spec, RetrievalSetup, list[Condition], GalleryCache]] = {}
-
-
 def _worker_setup(handle: Any) -> tuple[Spec, RetrievalSetup, list[Condition], GalleryCache]:
     """The run set up once on this worker (dataset opened, retrievers loaded, gallery cache), reused by
     every later unit of the run."""
-    import importlib
-    import os
+    from .engines import worker_state
 
-    from .engines import fetch
-
-    key = handle.hex() if hasattr(handle, "hex") and callable(handle.hex) else getattr(handle, "key", id(handle))
-    if key not in _WORKER:
-        ws = fetch(handle)
-        _WORKER.clear()  # one run's replicas at a time
-        if os.path.isdir(ws.cwd):
-            os.chdir(ws.cwd)
-        for module in ws.modules:
-            importlib.import_module(module)
-        _WORKER[key] = (ws.spec, setup_retrieval(ws.spec, ws.models), _conditions(ws.spec), GalleryCache())
-    return _WORKER[key]
+    return worker_state(handle, lambda ws: (ws.spec, setup_retrieval(ws.spec, ws.models), _conditions(ws.spec),
+                                            GalleryCache()))
 
 
 def _run_retrieval_unit(unit: _RetrievalUnit) -> list[tuple[str, int, dict[str, Any], list | None]]:
@@ -540,15 +526,13 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
     import os
     import uuid
 
-    from .engines import make_engine
+    from .engines import make_engine, user_modules
     from .evaluate import DEFAULT_SHARD
 
     per_unit = max(1, int(options.get("shard_size") or DEFAULT_SHARD) // spec.batch_size)
     # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
     # worker imports them first, so what the user registered by name is registered there too
-    kinds = [setup.dataset, *setup.models.values(), *(c.shift for c in conditions)]
-    modules = tuple(sorted({type(x).__module__ for x in kinds} - {"__main__", "builtins"}))
-    modules = tuple(m for m in modules if not m.startswith("shiftbench."))
+    modules = user_modules([setup.dataset, *setup.models.values(), *(c.shift for c in conditions)])
     ws = _RetrievalWorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
     open_: dict[int, dict[str, dict[int, dict]]] = {}
     workers = options.get("workers")
