@@ -211,7 +211,8 @@ def memory_child(folder: str, n: int, engine: str, workers: int, trace: bool) ->
         tracemalloc.start(10)
     with tempfile.TemporaryDirectory(prefix="shiftbench-mem-") as tmp:
         start = time.perf_counter()
-        rows = evaluate(memory_spec(Path(folder), n), Path(tmp) / "results.db", engine=engine, workers=workers)
+        rows = evaluate(memory_spec(Path(folder), n), Path(tmp) / "results.db", engine=engine,
+                        workers=workers if engine == "ray" else None)
         seconds = time.perf_counter() - start
     out = {"engine": engine, "samples": n, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "seconds": seconds, "rows": len(rows)}

@@ -101,3 +101,12 @@ def test_evaluate_figures_are_the_measured_ones() -> None:
     missing = [f"{what} ({figure})" for figure, what in quoted.items() if figure not in text]
     assert not missing, f"docs/scale.md does not quote the measured {missing}"
     assert {n for _, n in runs} == {1000, 20000} and {e for e, _ in runs} == {"local", "ray"}
+
+
+def test_memory_child_runs_the_local_engine_at_a_tiny_size(tmp_path, capsys) -> None:
+    """The memory benchmark's child process works end to end (a small folder, the local engine)."""
+    bench = _scale_module()
+    folder = bench.small_photo_folder(tmp_path / "photos", 24, size=32)
+    bench.memory_child(str(folder), 24, "local", 2, False)
+    out = json.loads(capsys.readouterr().out.split("RESULT ", 1)[1])
+    assert out["engine"] == "local" and out["samples"] == 24 and out["rows"] == 4 and out["peak_rss_mb"] > 0
