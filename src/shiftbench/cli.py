@@ -20,15 +20,20 @@ KINDS = ("shifts", "models", "datasets", "metrics")
 
 
 def _console(stderr: bool = False):
-    from rich.console import Console
+    from .console import make_console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return make_console(stderr)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="shiftbench")
 def cli() -> None:
     """Stress-test vision and vision-language models with controlled, label-preserving shifts."""
+    import os
+
+    # shiftbench reports its own progress; the hub libraries' weight-loading bars (transformers, diffusers,
+    # huggingface_hub) would print 0-100% lines into the user's terminal or log. Set it to 0 to see them.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     _log_to_stderr()
 
 

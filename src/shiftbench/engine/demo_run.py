@@ -27,12 +27,11 @@ def demo_spec(name: str) -> dict[str, Any]:
 
 
 def run_demo(out: str | Path, quick: bool = False) -> Path:
-    from rich.console import Console
-
+    from ..console import make_console, plural
     from ..report import build_report
     from .evaluate import evaluate
 
-    console = Console(highlight=False)
+    console = make_console()
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ShiftbenchError(f"{out}: exists and is not a folder")
@@ -44,8 +43,8 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     summaries = []
     for part in (f"demo{suffix}", f"demo_cir{suffix}"):
         spec = demo_spec(part)
-        console.print(f"[bold]{spec['name']}[/bold]: {len(spec['models'])} models on '{spec['dataset']}', "
-                      f"{len(spec['shifts'])} shift entries -> {store}")
+        console.print(f"[bold]{spec['name']}[/bold]: {plural(len(spec['models']), 'model')} on '{spec['dataset']}', "
+                      f"{plural(len(spec['shifts']), 'shift entry', 'shift entries')} -> {store}", soft_wrap=True)
         t = time.perf_counter()
         rows = evaluate(spec, store=store, progress=True)
         timings[spec["name"]] = time.perf_counter() - t
@@ -56,7 +55,7 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     _print_classification(console, summaries[0])
     _print_retrieval(console, summaries[1])
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-    console.print(f"done in {total:.0f} s ({parts}); report: {report}")
+    console.print(f"done in {total:.0f} s ({parts}); report: {report}", soft_wrap=True, markup=False)
     return report
 
 

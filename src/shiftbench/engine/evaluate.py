@@ -862,6 +862,15 @@ class _Progress:
         self.images = 0.0
 
     def __enter__(self) -> "_Progress":
+        import sys
+
+        from ..console import LineProgress, is_terminal
+
+        self.lines = None
+        if self.enabled and not is_terminal(sys.stderr):
+            # a log file or a pipe: rich cannot animate a bar there, so a plain line every few seconds
+            self.lines = LineProgress(self.total)
+            return self
         if self.enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -874,10 +883,16 @@ class _Progress:
     def advance(self, label: str, images: float) -> None:
         if not self.enabled:
             return
+        if self.lines is not None:
+            self.lines.advance(label, images)
+            return
         self.images += images
         rate = self.images / max(time.perf_counter() - self.start, 1e-9)
         self.bar.update(self.task, advance=images, description=label, rate=f"{rate:.1f} img/s")
 
     def __exit__(self, *exc: Any) -> None:
-        if self.enabled:
+        if self.lines is not None:
+            if exc[0] is None:
+                self.lines.close()
+        elif self.enabled:
             self.bar.__exit__(*exc)
