@@ -162,11 +162,10 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         spec.log_samples = True
     if on_error is not None:
         spec.on_error = on_error
-    engine_options = dict(spec.engine or {})
-    for key, value in (("name", engine), ("address", address), ("workers", workers), ("shard_size", shard_size)):
-        if value is not None:
-            engine_options[key] = value
-    spec.engine = engine_options or None
+    from .engine.engines import engine_options
+
+    spec.engine = engine_options(spec.engine, name=engine, address=address, workers=workers,
+                                 shard_size=shard_size) or None
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)
@@ -191,8 +190,6 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
         import_ray()
         if engine.get("address") not in (None, "", "auto"):
             check_reachable(engine["address"])
-    elif engine.get("address"):
-        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
     plan = prepare(spec)
     where = "new store"
     path = Path(store)

@@ -314,13 +314,24 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
                               "`ray start --head` or leave --address out to start a local one") from None
 
 
+def engine_options(base: dict[str, Any] | None, **overrides: Any) -> dict[str, Any]:
+    """A spec's ``engine`` entry with the overrides that are not None (flags, arguments) on top, checked:
+    a known engine, and no address, workers or shard size for the local engine."""
+    options = dict(base or {})
+    options.update({key: value for key, value in overrides.items() if value is not None})
+    name = options.get("name", "local")
+    if name not in ENGINES:
+        raise ShiftbenchError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
+    for key in ("address", "workers", "shard_size"):
+        if options.get(key) and name != "ray":
+            raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
+    return options
+
+
 def make_engine(engine: str = "local", workers: int = 1, address: str | None = None) -> Engine:
     """``local`` or ``ray``; an address is only for the ray engine."""
-    if engine not in ENGINES:
-        raise ShiftbenchError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    engine_options(None, name=engine, address=address)
     if engine == "local":
-        if address:
-            raise ShiftbenchError("--address is for the ray engine; add --engine ray")
         return LocalEngine(workers)
     return RayEngine(address=address, workers=workers if workers > 1 else None)
 

@@ -121,17 +121,9 @@ def evaluate(
     opened, and a store this call created that holds no result when the run fails is removed.
     """
     spec = load_spec(spec_or_path)
-    options = dict(spec.engine or {})
-    for key, value in (("name", engine), ("address", address), ("workers", workers), ("shard_size", shard_size)):
-        if value is not None:
-            options[key] = value
-    from .engines import ENGINES
+    from .engines import engine_options
 
-    if options.get("name", "local") not in ENGINES:
-        raise ShiftbenchError(f"engine {options['name']!r}: expected one of {', '.join(ENGINES)}")
-    for key in ("address", "workers", "shard_size"):
-        if options.get(key) and options.get("name", "local") != "ray":
-            raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
+    options = engine_options(spec.engine, name=engine, address=address, workers=workers, shard_size=shard_size)
     if options.get("name") == "ray":
         from .engines import check_reachable, import_ray
 
@@ -429,22 +421,21 @@ class _Runner:
         samples = [dataset.load(i) for i in indices]
         if cond.shift_name == "clean":
             return samples, []
+        from .generate import shift_narrowed
+
         shift, severity, seed = cond.shift, cond.severity, self.spec.seed
-        try:
-            return list(shift.apply_batch(samples, [shift.draw(s, severity, seed) for s in samples])), []
-        except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
-            pass
-        out, skipped = [], []
-        for s in samples:
-            try:
-                out.extend(shift.apply_batch([s], [shift.draw(s, severity, seed)]))
-            except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
-                reason = _first_line(exc)
-                if self.spec.on_error != "skip":
-                    raise ShiftbenchError(f"evaluate: shift {cond.shift_name!r} (severity {severity}) failed on "
-                                          f"sample {s.id}: {reason}") from None
-                log.warning(f"skipped sample {s.id}: shift {cond.shift_name!r} (severity {severity}) failed: {reason}")
-                skipped.append((str(s.id), reason))
+
+        def run(xs: list[Sample]) -> tuple[list, list]:
+            params = [shift.draw(s, severity, seed) for s in xs]
+            return list(shift.apply_batch(xs, params)), params
+
+        _, out, _, failed = shift_narrowed(run, samples, self.spec.on_error,
+                                           f"evaluate: shift {cond.shift_name!r} (severity {severity})")
+        skipped = []
+        for pos, reason in failed:
+            log.warning(f"skipped sample {samples[pos].id}: shift {cond.shift_name!r} (severity {severity}) failed: "
+                        f"{reason}")
+            skipped.append((str(samples[pos].id), reason))
         return out, skipped
 
     def _score(self, label: str, model, metric_names: list[str], b: int, samples: list[Sample],
@@ -666,18 +657,15 @@ def _unsendable(setup: _WorkerSetup, exc: BaseException) -> str:
     """Which model the caller passed cannot be pickled for the workers (or why the setup cannot travel)."""
     from ray import cloudpickle
 
+    from .generate import error_reason
+
     for label, model in setup.models.items():
         try:
             cloudpickle.dumps(model)
         except Exception as err:  # noqa: BLE001 - reported by name
-            return (f"model {label!r} was passed as an object that cannot be sent to Ray workers ({_first_line(err)}); "
+            return (f"model {label!r} was passed as an object that cannot be sent to Ray workers ({error_reason(err)}); "
                     f"name it in the spec (a registered name, hub id or folder) or use the local engine")
-    return f"the run's setup cannot be sent to Ray workers: {_first_line(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return f"the run's setup cannot be sent to Ray workers: {error_reason(exc)}"
 
 
 # -- task handlers --------------------------------------------------------------------------------

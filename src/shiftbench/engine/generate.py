@@ -224,40 +224,58 @@ def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
     return _worker_cache[key]
 
 
-def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], records: list[dict]):
-    """Draw and apply ``shift`` to ``items``: (indices, items, outputs, params) of those that succeed.
+def error_reason(exc: BaseException) -> str:
+    """``Type: first line of the message`` (the type alone when there is no message)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
-    One failing sample is found by redoing the batch item by item (a batch equals its items one by one,
-    so the others' bytes do not change); it stops the run naming the sample and the shift, or with
-    ``on_error="skip"`` gets a ``{"skipped": reason}`` record and the rest go on.
+
+def shift_narrowed(run: Any, items: list[Any], on_error: str,
+                   where: str) -> tuple[list[int], list, list, list[tuple[int, str]]]:
+    """``run(items) -> (outputs, params)`` for a batch, narrowed to the failing items when it raises.
+
+    A batch equals its items one by one, so redoing a failed batch item by item leaves the others' bytes
+    unchanged and names the culprit: ``"{where} failed on sample {id}: {reason}"`` stops the run, or with
+    ``on_error="skip"`` the item is left out. Returns the positions kept, their outputs and params, and
+    the (position, reason) of the items left out.
     """
+    try:
+        outs, params = run(items)
+        return list(range(len(items))), list(outs), list(params), []
+    except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
+        pass
+    kept: tuple[list, list, list] = ([], [], [])
+    failed: list[tuple[int, str]] = []
+    for pos, item in enumerate(items):
+        try:
+            outs, params = run([item])
+        except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
+            reason = error_reason(exc)
+            if on_error != "skip":
+                raise ShiftbenchError(f"{where} failed on sample {item.id}: {reason}") from None
+            failed.append((pos, reason))
+            continue
+        for bucket, value in zip(kept, (pos, outs[0], params[0])):
+            bucket.append(value)
+    return kept[0], kept[1], kept[2], failed
+
+
+def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], records: list[dict]):
+    """Draw and apply ``shift`` to ``items``: (indices, items, outputs, params) of those that succeed; a
+    sample the shift fails on stops the run, or with ``on_error="skip"`` gets a ``{"skipped": reason}``
+    record (:func:`shift_narrowed`)."""
     def run(xs: list[Any]) -> tuple[list, list]:
         params = [shift.draw(x, job.severity, job.seed) for x in xs]
         if shift.kind == "text":
             return [shift.apply(x, p) for x, p in zip(xs, params)], params
         return shift.apply_batch(xs, params), params
 
-    try:
-        outs, params = run(items)
-        return indices, items, outs, params
-    except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
-        pass
-    kept: tuple[list, list, list, list] = ([], [], [], [])
-    for index, item in zip(indices, items):
-        try:
-            outs, params = run([item])
-        except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
-            text = str(exc).strip()
-            reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-            if job.on_error != "skip":
-                raise ShiftbenchError(f"generate: shift {job.shift!r} (severity {job.severity}) failed on sample "
-                                      f"{item.id}: {reason}") from None
-            records.append({"index": index, "id": item.id, "shift": job.shift, "severity": job.severity,
-                            "seed": job.seed, "skipped": reason})
-            continue
-        for bucket, value in zip(kept, (index, item, outs[0], params[0])):
-            bucket.append(value)
-    return kept
+    kept, outs, params, failed = shift_narrowed(run, items, job.on_error,
+                                                f"generate: shift {job.shift!r} (severity {job.severity})")
+    for pos, reason in failed:
+        records.append({"index": indices[pos], "id": items[pos].id, "shift": job.shift, "severity": job.severity,
+                        "seed": job.seed, "skipped": reason})
+    return [indices[p] for p in kept], [items[p] for p in kept], outs, params
 
 
 def _run_job(job: _Job) -> list[dict[str, Any]]:
@@ -374,12 +392,9 @@ def generate(
     """
     from ..datasets import reader_kwargs
 
-    from .engines import ENGINES
+    from .engines import engine_options
 
-    if engine not in ENGINES:
-        raise ShiftbenchError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
-    if address and engine != "ray":
-        raise ShiftbenchError("--address is for the ray engine; add --engine ray")
+    engine_options(None, name=engine, address=address)  # a known engine; an address only for ray
     if engine == "ray" and address and address != "auto":
         from .engines import check_reachable
 
