@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 from collections import deque
+from dataclasses import dataclass
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator
 
@@ -242,6 +243,25 @@ def _call(fn: Callable[[Any], Any], unit: Any) -> Any:
 def _chain_first(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield first
     yield from rest
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker needs to set a run up itself: the spec (models built by name there), models the
+    caller passed as objects (sent pickled), modules that register the user's classes, the driver's cwd
+    (relative paths in the spec mean the same on a shared file system)."""
+
+    key: str
+    spec: Any
+    models: dict[str, Any]
+    modules: tuple[str, ...]
+    cwd: str
+    # the driver's opened dataset (its file list or shard index, screened once): a worker reads the same
+    # samples without listing, indexing or decoding every file again (hours per worker at a million
+    # images). None when it cannot be pickled: the worker then opens it from the spec, screening as
+    # the driver did ("none" when the driver's screen left no file out)
+    dataset: Any = None
+    verify: str = "full"
 
 
 _WORKER_STATE: dict[Any, Any] = {}  # per worker process: one run's setup, built once, kept loaded

@@ -25,7 +25,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Sample
 from ..spec import Spec, load_spec
 from .store import ConditionKey, Store
+
+if TYPE_CHECKING:
+    from .engines import WorkerSetup
 
 GRID_SAMPLES = 4  # per condition, kept as thumbnails with every model's prediction for the report
 THUMB = 96
@@ -351,13 +354,13 @@ class _Runner:
         import dataclasses
         import uuid
 
-        from .engines import make_engine
+        from .engines import WorkerSetup, make_engine
 
         spec, models, metrics, conditions = self.spec, plan.models, plan.metrics, plan.conditions
         batch = spec.batch_size
         shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
         per_unit = max(1, shard // batch)
-        setup = _WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
+        setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
                              dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
         open_conditions: dict[int, dict[str, _Restored]] = {}
         workers = self.engine.get("workers")
@@ -583,27 +586,8 @@ class _Scored:
 
 
 @dataclass(frozen=True)
-class _WorkerSetup:
-    """What a worker needs to set the run up itself: the spec (models built by name there), models the
-    caller passed as objects (sent pickled), modules that register the user's classes, the driver's cwd
-    (relative paths in the spec mean the same on a shared file system)."""
-
-    key: str
-    spec: Spec
-    models: dict[str, Any]
-    modules: tuple[str, ...]
-    cwd: str
-    # the driver's opened dataset (its file list or shard index, screened once): a worker reads the same
-    # samples without listing, indexing or decoding every file again (hours per worker at a million
-    # images). None when it cannot be pickled: the worker then opens it from the spec, screening as
-    # the driver did ("none" when the driver's screen left no file out)
-    dataset: Any = None
-    verify: str = "full"
-
-
-@dataclass(frozen=True)
 class _Unit:
-    setup: Any  # an engine handle to the _WorkerSetup
+    setup: Any  # an engine handle to the WorkerSetup
     ci: int  # the condition's index in the plan
     batches: tuple[int, ...]
     needs: tuple[tuple[str, tuple[int, ...]], ...]  # (model label, the batches it still needs)
@@ -614,7 +598,7 @@ def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
     loaded), reused by every later unit of the run."""
     from .engines import worker_state
 
-    def build(setup: _WorkerSetup) -> tuple["_Runner", Plan]:
+    def build(setup: WorkerSetup) -> tuple["_Runner", Plan]:
         runner = _Runner(setup.spec, None, None, False, setup.models, None)
         runner.verify = setup.verify
         runner.given_dataset = setup.dataset
@@ -653,7 +637,7 @@ def _user_modules(plan: Plan) -> tuple[str, ...]:
                          *plan.models.values()])
 
 
-def _unsendable(setup: _WorkerSetup, exc: BaseException) -> str:
+def _unsendable(setup: WorkerSetup, exc: BaseException) -> str:
     """Which model the caller passed cannot be pickled for the workers (or why the setup cannot travel)."""
     from ray import cloudpickle
 

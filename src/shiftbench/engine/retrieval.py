@@ -477,21 +477,8 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
 
 # -- the ray engine -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _RetrievalWorkerSetup:
-    """What a worker needs to set the run up itself (as evaluate.py's ray engine): the spec (retrievers
-    built by name there), retrievers the caller passed as objects (sent pickled), modules that register
-    the user's classes, the driver's cwd (relative paths in the spec mean the same on a shared file system)."""
-
-    key: str
-    spec: Spec
-    models: dict[str, Any]
-    modules: tuple[str, ...]
-    cwd: str
-
-
-@dataclass(frozen=True)
 class _RetrievalUnit:
-    setup: Any  # an engine handle to the _RetrievalWorkerSetup
+    setup: Any  # an engine handle to the engines.WorkerSetup
     ci: int
     batches: tuple[int, ...]
     needs: tuple[tuple[str, tuple[int, ...]], ...]  # (retriever label, the batches it still needs)
@@ -526,14 +513,14 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
     import os
     import uuid
 
-    from .engines import make_engine, user_modules
+    from .engines import WorkerSetup, make_engine, user_modules
     from .evaluate import DEFAULT_SHARD
 
     per_unit = max(1, int(options.get("shard_size") or DEFAULT_SHARD) // spec.batch_size)
     # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
     # worker imports them first, so what the user registered by name is registered there too
     modules = user_modules([setup.dataset, *setup.models.values(), *(c.shift for c in conditions)])
-    ws = _RetrievalWorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
+    ws = WorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
     open_: dict[int, dict[str, dict[int, dict]]] = {}
     workers = options.get("workers")
     with make_engine("ray", workers=int(workers) if workers else 1, address=options.get("address")) as eng:
