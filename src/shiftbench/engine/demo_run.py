@@ -52,39 +52,74 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
         summaries.append(rows)
     report = build_report(store, out / f"report{suffix}", run_id=run_ids)
     total = time.perf_counter() - start
-    _print_classification(console, summaries[0])
+    _print_classification(console, summaries[0], demo_spec(f"demo{suffix}"))
     _print_retrieval(console, summaries[1])
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     console.print(f"done in {total:.0f} s ({parts}); report: {report}", soft_wrap=True, markup=False)
     return report
 
 
-def _print_classification(console, rows: list[dict[str, Any]]) -> None:
+def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, Any] | None = None) -> None:
+    """Per model: clean, the corruptions' mean, the natural background families' mean, and the two
+    controls and the attack in columns of their own (never averaged into the natural families)."""
     from rich.table import Table
 
+    from ..registry import SHIFTS
+    from ..report.objectcompose import family_of
     from ..report.tables import condition_label
 
     table = Table(title="top-1 accuracy (%) on objects", title_justify="left")
     table.add_column("model", no_wrap=True)
-    for col in ("clean", "corruptions (mean)", "backgrounds (mean)"):
+    columns = ("clean", "corruptions (mean)", "natural backgrounds (mean)", "object only (control)",
+               "background only (control)", "adversarial (attack)")
+    for col in columns:
         table.add_column(col, justify="right")
-    table.add_column("worst condition", overflow="fold")
+    table.add_column("worst corruption", overflow="fold")
     top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
-    from ..registry import SHIFTS
-
     groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
+    source = _attack_source(spec, rows)
+    n = max((r["n"] for r in top1 if r["shift"] == "clean"), default=0)
     for model in dict.fromkeys(r["model"] for r in top1):
         mine = [r for r in top1 if r["model"] == model]
         clean = next((r["value"] for r in mine if r["shift"] == "clean"), None)
-        corr = [r["value"] for r in mine if groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")]
-        back = [r["value"] for r in mine if groups.get(r["shift"]) == "background"]
-        worst = min((r for r in mine if r["shift"] != "clean"), key=lambda r: r["value"], default=None)
-        table.add_row(
-            model, _pct(clean), _pct(sum(corr) / len(corr) if corr else None),
-            _pct(sum(back) / len(back) if back else None),
-            f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} ({_pct(worst['value'])})"
-            if worst else "–")
+        corr = [r for r in mine if groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")]
+        fam = {r["shift"]: family_of(r["shift"], r["params"]) for r in mine}
+        natural = [r["value"] for r in mine if fam[r["shift"]] in NATURAL_FAMILIES]
+        attack = [r["value"] for r in mine if fam[r["shift"]] == "adversarial"]
+        worst = min(corr, key=lambda r: r["value"], default=None)
+        cells = [_pct(clean), _mean_pct([r["value"] for r in corr]), _mean_pct(natural),
+                 _mean_pct([r["value"] for r in mine if fam[r["shift"]] == "object_only"]),
+                 _mean_pct([r["value"] for r in mine if fam[r["shift"]] == "background_only"]),
+                 _mean_pct(attack) + ("" if not attack else " (attacked)" if model == source else " (transfer)")]
+        table.add_row(model, *cells,
+                      f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} ({_pct(worst['value'])})"
+                      if worst else "–")
     console.print(table)
+    notes = [f"{n} images per cell: one image is {100 / n:.1f} points." if n else ""]
+    if any(family_of(r["shift"], r["params"]) == "adversarial" for r in top1):
+        early = any((r["params"] or {}).get("early_stop") for r in top1 if r["shift"].startswith("adversarial"))
+        notes.append(f"The adversarial background is optimised against {source}"
+                     + (" and stops on each image as soon as it is fooled (early_stop: true), so it is weaker "
+                        "on the other models than the full 30 steps." if early else "."))
+    console.print(" ".join(x for x in notes if x), soft_wrap=True, markup=False)
+
+
+NATURAL_FAMILIES = ("class_label", "caption", "scene", "color", "texture")
+
+
+def _attack_source(spec: dict[str, Any] | None, rows: list[dict[str, Any]]) -> str:
+    """The classifier the adversarial background is optimised against (its ``model`` parameter, by
+    default efficientnet_lite0)."""
+    for entry in (spec or {}).get("shifts", []):
+        if isinstance(entry, dict) and str(entry.get("name", "")).startswith("adversarial"):
+            model = (entry.get("params") or {}).get("model")
+            if model:
+                return str(model)
+    return "efficientnet_lite0"
+
+
+def _mean_pct(values: list[float]) -> str:
+    return _pct(sum(values) / len(values)) if values else "–"
 
 
 def _print_retrieval(console, rows: list[dict[str, Any]]) -> None:
