@@ -59,3 +59,24 @@ def test_cli_output_to_a_file_has_progress_lines_and_no_hub_bars(tmp_path):
     assert lines[-1] == "HF 1"
     assert lines[-2].startswith("evaluate: 60/60 images (100.0%), ")
     assert done.stdout.strip() == "3 result rows in r.db"
+
+
+def test_a_table_too_wide_for_the_terminal_prints_as_records():
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from shiftbench.console import print_table
+
+    table = Table(title="top-1 (%)")
+    for col in ("model", "clean", "natural backgrounds (mean)", "worst corruption"):
+        table.add_column(col)
+    table.add_row("efficientnet_lite0", "45.3", "54.9", "elastic_transform s5 (0.0)")
+    narrow, wide = io.StringIO(), io.StringIO()
+    print_table(Console(file=narrow, width=40, color_system=None), table)
+    print_table(Console(file=wide, width=200, color_system=None), table)
+    lines = narrow.getvalue().splitlines()
+    assert lines == ["top-1 (%)", "efficientnet_lite0: clean 45.3 · natural backgrounds (mean) 54.9 · "
+                     "worst corruption elastic_transform s5 (0.0)"]
+    assert "┃ model" in wide.getvalue() and "elastic_transform s5 (0.0)" in wide.getvalue()

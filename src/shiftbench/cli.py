@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from .console import print_table
 from .errors import ShiftbenchError
 
 KINDS = ("shifts", "models", "datasets", "metrics")
@@ -86,7 +87,7 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
         for e in entries:
             details = _details(e.meta)
             table.add_row(e.name, details, summary_line(e.description))
-        console.print(table)
+        print_table(console, table)
 
 
 def _details(meta: dict[str, Any]) -> str:
@@ -228,7 +229,7 @@ def _print_plan(plan, store: str) -> None:
     if engine.get("name") == "ray":
         say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of {engine.get('shard_size', 256)} "
             f"samples in whole batches of {spec.batch_size})")
-    console.print(table)
+    print_table(console, table)
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:

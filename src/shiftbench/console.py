@@ -38,6 +38,26 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
+def print_table(console: Any, table: Any) -> None:
+    """Print a rich Table whole when it fits the console, else as one plain record per row
+    (``title`` then ``row: column value · column value ...``), so a narrow terminal never folds a cell
+    or a header inside a word."""
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    if needed <= console.width:
+        console.print(table)
+        return
+    heads = [str(c.header) for c in table.columns]
+    cells = [list(c.cells) for c in table.columns]
+    if table.title:
+        console.print(str(table.title), markup=False, soft_wrap=True)
+    for i in range(table.row_count):
+        first = str(cells[0][i])
+        rest = " · ".join(f"{h} {cells[j][i]}" for j, h in enumerate(heads) if j)
+        console.print(f"{first}: {rest}", markup=False, soft_wrap=True)
+
+
 class LineProgress:
     """Progress as plain lines on ``stream`` (stderr by default), at most one every ``every`` seconds and
     one at the end: ``evaluate: 1,234/5,678 images (21.7%), 35.2 img/s, about 2 min left; <label>``."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ..console import print_table
 from ..errors import ShiftbenchError
 
 
@@ -94,7 +95,7 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
         table.add_row(model, *cells,
                       f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} ({_pct(worst['value'])})"
                       if worst else "–")
-    console.print(table)
+    print_table(console, table)
     notes = [f"{n} images per cell: one image is {100 / n:.1f} points." if n else ""]
     if any(family_of(r["shift"], r["params"]) == "adversarial" for r in top1):
         early = any((r["params"] or {}).get("early_stop") for r in top1 if r["shift"].startswith("adversarial"))
@@ -134,7 +135,7 @@ def _print_retrieval(console, rows: list[dict[str, Any]]) -> None:
         g_img = [r["value"] for r in mine if r["metric"] == "gamma@10" and not r["shift"].startswith("text_")]
         g_txt = [r["value"] for r in mine if r["metric"] == "gamma@10" and r["shift"].startswith("text_")]
         table.add_row(model, _pct(clean), _num(g_img), _num(g_txt))
-    console.print(table)
+    print_table(console, table)
 
 
 def _pct(v: float | None) -> str:
