@@ -1,0 +1,293 @@
+"""Confidence intervals and paired tests for the report's cells, from the per-sample values in the store.
+
+``Uncertainty(store.samples(run_id))`` answers, for any model, metric and set of conditions, how sure a
+number is: a 95% percentile bootstrap interval of the value, of its change against clean (shifted minus
+clean, the same model, paired by sample id) and a two-sided p-value, plus paired differences between two
+models. ``annotate(table)`` fills those fields of every cell of a ``tables.Table``.
+
+How it resamples (docs/metrics.md, "Uncertainty"):
+
+- The unit is the sample id. A row that averages a shift over severities draws one resample of ids and
+  applies it to every severity (and to clean for the change), so what the images share cancels.
+- The change against clean resamples only the ids present under both (a sample skipped under one
+  condition is absent there); the value's interval resamples all of the condition's ids.
+- The mean column (mean over models) resamples ids jointly across the models.
+- Each interval has its own generator, ``PCG64`` seeded from a hash of (seed, what is computed, metric,
+  models, conditions): the same store gives the same report bytes, and adding a model does not move
+  another model's interval.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from ..metrics.uncertainty import (SampleStatistic, bootstrap_p_value, mcnemar, percentile_interval,
+                                   resample_counts, within_noise)
+from .tables import CLEAN, Table, condition_label, params_key
+
+__all__ = ["Uncertainty", "MCNEMAR_METRICS"]
+
+# right/wrong per sample: a single condition against clean (or two models) gets McNemar's exact test
+MCNEMAR_METRICS = ("top1", "top5")
+
+Condition = tuple[str, dict, int]
+
+
+@dataclass
+class _Entry:
+    """One (model, metric, condition)'s per-sample values, indexed by sample id."""
+
+    kind: str
+    ids: list[str]
+    values: np.ndarray
+    row: dict[str, int]
+
+
+@dataclass
+class _Term:
+    """``coef`` x the statistic of ``entry`` over its ids that are also in ``allowed`` (None: all)."""
+
+    coef: float
+    entry: _Entry
+    allowed: set[str] | None = None
+
+    def ids(self) -> list[str]:
+        if self.allowed is None:
+            return self.entry.ids
+        return [i for i in self.entry.ids if i in self.allowed]
+
+
+class Uncertainty:
+    """Bootstrap intervals and paired tests over the per-sample values of one run (``Store.samples``)."""
+
+    def __init__(self, samples: list[dict], seed: int = 0, n_boot: int = 1000, level: float = 0.95):
+        if not 0 < level < 1:
+            raise ShiftbenchError(f"level must be in (0, 1), got {level!r}")
+        if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+            raise ShiftbenchError(f"n_boot must be a positive integer, got {n_boot!r}")
+        self.seed, self.n_boot, self.level = int(seed), int(n_boot), float(level)
+        self._entries: dict[tuple[str, str, str, str, int], _Entry] = {}
+        self._datasets: dict[tuple[str, str, str, str, int], str] = {}
+        self._ambiguous: set[tuple[str, str, str, str, int]] = set()
+        self._pairs: set[tuple[str, str]] = set()
+        for s in samples:
+            key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), int(s["severity"]))
+            where = f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} s{s['severity']}"
+            ids = [str(i) for i in s["ids"]]
+            values = np.asarray(s["values"], dtype=np.float64)
+            if values.shape[:1] != (len(ids),):
+                raise ShiftbenchError(f"per-sample values of {where}: {len(ids)} ids but values of shape {values.shape}")
+            row = {i: k for k, i in enumerate(ids)}
+            if len(row) != len(ids):
+                raise ShiftbenchError(f"per-sample values of {where}: sample ids repeat")
+            if ids:
+                SampleStatistic(s["kind"], values[:1])  # the kind and the values' shape, checked up front
+            if key in self._entries and self._datasets[key] != s.get("dataset"):
+                # two datasets under one condition: the tables average them, ids need not pair; no interval
+                self._ambiguous.add(key)
+            self._entries[key] = _Entry(str(s["kind"]), ids, values, row)
+            self._datasets[key] = s.get("dataset")
+            self._pairs.add((s["model"], s["metric"]))
+
+    # -- queries ---------------------------------------------------------------------------------------
+
+    def has(self, model: str, metric: str) -> bool:
+        """Whether any condition of ``model`` has per-sample values of ``metric``."""
+        return (model, metric) in self._pairs
+
+    def aggregate(self, model: str, metric: str, conditions: list[Condition],
+                  against_clean: bool = True) -> dict | None:
+        """The mean of the statistic over ``conditions`` for one model, with its interval and (against
+        clean) the change's interval and p-value; ids resampled jointly across the conditions.
+        None when a condition has no per-sample values."""
+        return self._aggregate([model], metric, conditions, against_clean)
+
+    def compare(self, model_a: str, model_b: str, metric: str, conditions: list[Condition]) -> dict | None:
+        """Paired difference ``b - a`` over the sample ids both models have under each condition:
+        ``{"diff", "low", "high", "p_value", "n", "noise"}``; None without per-sample values."""
+        conds = _canonical(conditions)
+        ea = [self._entry(model_a, metric, c) for c in conds]
+        eb = [self._entry(model_b, metric, c) for c in conds]
+        if not conds or any(e is None for e in ea + eb):
+            return None
+        k = len(conds)
+        terms = [_Term(1.0 / k, b, set(a.ids)) for a, b in zip(ea, eb)]
+        terms += [_Term(-1.0 / k, a, set(b.ids)) for a, b in zip(ea, eb)]
+        res = self._bootstrap(("compare", metric, [model_a, model_b], conds), terms)
+        if res is None:
+            return None
+        diff, boots, n = res
+        interval = percentile_interval(boots, self.level)
+        low, high = interval if interval else (None, None)
+        p = self._mcnemar(metric, ea[0], eb[0]) if k == 1 else None
+        if p is None:
+            p = bootstrap_p_value(boots)
+        return {"diff": diff, "low": low, "high": high, "p_value": p, "n": n,
+                "noise": None if interval is None else within_noise(low, high)}
+
+    def annotate(self, table: Table) -> None:
+        """Fill low/high (and, off clean, delta_low/delta_high/p_value/noise) of every cell of ``table``
+        whose conditions all have per-sample values; the mean column resamples ids jointly across models."""
+        for label in table.rows:
+            conds = row_conditions(table, label)
+            if not conds:
+                continue
+            against = label != CLEAN
+            for model in table.models:
+                cell = table.cells.get((label, model))
+                if cell is None or cell.value is None or not self.has(model, table.metric):
+                    continue
+                _fill(cell, self._aggregate([model], table.metric, conds, against))
+            mean = table.cells.get((label, "mean"))
+            present = [m for m in table.models if (label, m) in table.cells and table.cells[(label, m)].value is not None]
+            if mean is not None and mean.value is not None and present:
+                _fill(mean, self._aggregate(present, table.metric, conds, against))
+
+    # -- machinery -------------------------------------------------------------------------------------
+
+    def _entry(self, model: str, metric: str, cond: Condition) -> _Entry | None:
+        key = (model, metric, cond[0], params_key(cond[1]), int(cond[2]))
+        if key in self._ambiguous:
+            return None
+        return self._entries.get(key)
+
+    def _aggregate(self, models: list[str], metric: str, conditions: list[Condition],
+                   against_clean: bool) -> dict | None:
+        conds = _canonical(conditions)
+        if not conds:
+            return None
+        entries = {m: [self._entry(m, metric, c) for c in conds] for m in models}
+        if any(e is None for es in entries.values() for e in es):
+            return None
+        kinds = {e.kind for es in entries.values() for e in es}
+        if len(kinds) != 1:
+            return None  # one statistic per metric; a mix (a store written by two versions) has no joint interval
+        scale = 1.0 / (len(models) * len(conds))
+        value_terms = [_Term(scale, e) for m in models for e in entries[m]]
+        res = self._bootstrap(("value", metric, models, conds), value_terms)
+        if res is None:
+            return None
+        value, boots, _ = res
+        interval = percentile_interval(boots, self.level)
+        out: dict[str, Any] = {"value": value, "low": interval[0] if interval else None,
+                               "high": interval[1] if interval else None,
+                               "n": max(len(e.ids) for es in entries.values() for e in es),
+                               "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None}
+        is_clean = all(c[0] == CLEAN for c in conds)
+        if not against_clean or is_clean:
+            return out
+        cleans = {m: self._entry(m, metric, (CLEAN, {}, 0)) for m in models}
+        with_clean = [m for m in models if cleans[m] is not None and cleans[m].kind in kinds]
+        if not with_clean:
+            return out
+        delta_terms = []
+        for m in with_clean:
+            shifted_ids = {i for e in entries[m] for i in e.ids}
+            clean_ids = set(cleans[m].ids)
+            # per model, only the ids it has both clean and under the condition(s) pair up
+            delta_terms += [_Term(1.0 / (len(with_clean) * len(conds)), e, clean_ids) for e in entries[m]]
+            delta_terms.append(_Term(-1.0 / len(with_clean), cleans[m], shifted_ids))
+        res = self._bootstrap(("delta", metric, with_clean, conds), delta_terms)
+        if res is None:
+            return out
+        delta, dboots, _ = res
+        dint = percentile_interval(dboots, self.level)
+        p = None
+        if len(with_clean) == 1 and len(conds) == 1:
+            p = self._mcnemar(metric, cleans[with_clean[0]], entries[with_clean[0]][0])
+        if p is None:
+            p = bootstrap_p_value(dboots)
+        out.update(delta=delta, delta_low=dint[0] if dint else None, delta_high=dint[1] if dint else None,
+                   p_value=p, noise=None if dint is None else within_noise(dint[0], dint[1]))
+        return out
+
+    def _mcnemar(self, metric: str, a: _Entry, b: _Entry) -> float | None:
+        """Exact McNemar p-value of two right/wrong conditions on their shared ids (top-1/top-5 only)."""
+        if metric not in MCNEMAR_METRICS or a.kind != "mean" or b.kind != "mean":
+            return None
+        shared = [i for i in a.ids if i in b.row]
+        if not shared:
+            return None
+        x = a.values[[a.row[i] for i in shared]]
+        y = b.values[[b.row[i] for i in shared]]
+        if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
+            return None
+        return mcnemar(x, y).p_value
+
+    def _bootstrap(self, identity: tuple, terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
+        """Point estimate, ``n_boot`` resampled values and the number of ids of ``sum(coef x statistic)``,
+        all terms resampled with the same draw of ids (the union of the ids the terms use)."""
+        universe: dict[str, int] = {}
+        plans = []
+        for term in terms:
+            ids = term.ids()
+            if not ids:
+                return None  # nothing pairs up (no shared ids): no interval rather than a made-up one
+            for i in ids:
+                universe.setdefault(i, len(universe))
+            rows = [term.entry.row[i] for i in ids]
+            stat = SampleStatistic(term.entry.kind, term.entry.values[rows])
+            plans.append((term.coef, stat, np.fromiter((universe[i] for i in ids), np.int64, len(ids))))
+        n = len(universe)
+        ones = np.ones((1, n), np.float64)
+        point = float(sum(coef * stat(ones[:, cols])[0] for coef, stat, cols in plans))
+        rng = np.random.Generator(np.random.PCG64(self._cell_seed(identity)))
+        boots = np.empty(self.n_boot, np.float64)
+        at = 0
+        for counts in resample_counts(n, self.n_boot, rng):
+            part = np.zeros(counts.shape[0], np.float64)
+            for coef, stat, cols in plans:
+                part += coef * stat(counts[:, cols])
+            boots[at:at + counts.shape[0]] = part
+            at += counts.shape[0]
+        return point, boots, n
+
+    def _cell_seed(self, identity: tuple) -> int:
+        """A 128-bit seed from the run's seed and what is computed: stable across builds and platforms."""
+        tag, metric, models, conds = identity
+        text = json.dumps([self.seed, tag, metric, list(models), [[c[0], params_key(c[1]), c[2]] for c in conds]],
+                          sort_keys=True, separators=(",", ":"))
+        return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
+
+
+def _canonical(conditions: Iterable[Condition]) -> list[Condition]:
+    """Conditions in one order (shift, params, severity), duplicates removed, so the seed and the terms
+    do not depend on how a caller listed them."""
+    seen = {}
+    for shift, params, severity in conditions:
+        seen[(shift, params_key(params or {}), int(severity))] = (shift, dict(params or {}), int(severity))
+    return [seen[k] for k in sorted(seen)]
+
+
+def row_conditions(table: Table, label: str) -> list[Condition]:
+    """The (shift, params, severity) conditions a table row averages: all its severities, or the one its
+    label names in a per-severity table ('gaussian_noise s3')."""
+    meta = table.row_meta.get(label)
+    if meta is None:
+        return []
+    shift, params = meta["shift"], meta.get("params") or {}
+    if shift == CLEAN:
+        return [(CLEAN, params, 0)]
+    base = condition_label(shift, params)
+    severities = list(meta.get("severities") or [])
+    if label != base:
+        m = re.fullmatch(re.escape(base) + r" s(-?\d+)", label)
+        if m is None:
+            return []
+        severities = [int(m.group(1))]
+    return [(shift, params, int(s)) for s in severities]
+
+
+def _fill(cell: Any, res: dict | None) -> None:
+    if res is None:
+        return
+    cell.low, cell.high = res["low"], res["high"]
+    cell.delta_low, cell.delta_high = res["delta_low"], res["delta_high"]
+    cell.p_value, cell.noise = res["p_value"], res["noise"]
