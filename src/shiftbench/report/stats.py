@@ -236,16 +236,12 @@ class Uncertainty:
             stat = SampleStatistic(term.entry.kind, term.entry.values[rows])
             plans.append((term.coef, stat, np.fromiter((universe[i] for i in ids), np.int64, len(ids))))
         n = len(universe)
-        ones = np.ones((1, n), np.float64)
-        point = float(sum(coef * stat(ones[:, cols])[0] for coef, stat, cols in plans))
+        point = float(_combine(plans, np.ones((1, n), np.float64))[0])
         rng = np.random.Generator(np.random.PCG64(self._cell_seed(identity)))
         boots = np.empty(self.n_boot, np.float64)
         at = 0
         for counts in resample_counts(n, self.n_boot, rng):
-            part = np.zeros(counts.shape[0], np.float64)
-            for coef, stat, cols in plans:
-                part += coef * stat(counts[:, cols])
-            boots[at:at + counts.shape[0]] = part
+            boots[at:at + counts.shape[0]] = _combine(plans, counts)
             at += counts.shape[0]
         return point, boots, n
 
@@ -255,6 +251,23 @@ class Uncertainty:
         text = json.dumps([self.seed, tag, metric, list(models), [[c[0], params_key(c[1]), c[2]] for c in conds]],
                           sort_keys=True, separators=(",", ":"))
         return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
+
+
+def _combine(plans: list[tuple[float, SampleStatistic, np.ndarray]], counts: np.ndarray) -> np.ndarray:
+    """sum(coef x statistic) under each row of ``counts``. The positive and the negative terms are summed
+    apart, in the same order, and a difference within rounding of 0 is 0: identical conditions then give
+    a change of exactly 0 (and "within noise"), not +-1e-17 on either side."""
+    plus = np.zeros(counts.shape[0], np.float64)
+    minus = np.zeros(counts.shape[0], np.float64)
+    for coef, stat, cols in plans:
+        if coef >= 0:
+            plus += coef * stat(counts[:, cols])
+        else:
+            minus += -coef * stat(counts[:, cols])
+    out = plus - minus
+    with np.errstate(invalid="ignore"):
+        out[np.abs(out) <= 1e-12 * (np.abs(plus) + np.abs(minus))] = 0.0
+    return out
 
 
 def _canonical(conditions: Iterable[Condition]) -> list[Condition]:
