@@ -28,7 +28,7 @@ def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list
         for i in s["ids"]:
             if (allowed is None or i in allowed) and i not in universe:
                 universe.append(i)
-    rng = np.random.Generator(np.random.PCG64(u._cell_seed((tag, metric, models, conds))))
+    rng = np.random.Generator(np.random.PCG64(u._row_seed(conds)))
     draws = rng.integers(0, len(universe), size=(u.n_boot, len(universe)))
     boots = []
     for draw in draws:

@@ -212,20 +212,25 @@ class SampleStatistic:
         elif self.name == "ratio":
             self.columns = v
         elif self.name == "iou":
-            # intersections then unions, side by side: one product gives both sums per class
-            self.classes = v.shape[2]
-            self.columns = np.concatenate([v[:, 0, :], v[:, 1, :]], axis=1)
+            # intersections then unions, side by side; a class no row has (union 0 everywhere) can never
+            # count, so it is left out up front
+            seen = v[:, 1, :].sum(axis=0) > 0
+            self.classes = int(seen.sum())
+            self.columns = np.concatenate([v[:, 0, seen], v[:, 1, seen]], axis=1)
         else:
-            # ECE = sum over bins |sum(correct - confidence)| / N: one signed column per bin
+            # ECE = sum over bins |sum(correct - confidence)| / N: one signed column per occupied bin
             confidence, correct = v[:, 0], v[:, 1]
-            onehot = np.zeros((v.shape[0], bins), np.float64)
-            onehot[np.arange(v.shape[0]), bin_index(confidence, bins)] = 1.0
+            index = bin_index(confidence, bins)
+            occupied, slot = np.unique(index, return_inverse=True)
+            onehot = np.zeros((v.shape[0], occupied.size), np.float64)
+            onehot[np.arange(v.shape[0]), slot.reshape(-1)] = 1.0
             self.columns = onehot * (correct - confidence)[:, None]
+        self.columns = np.ascontiguousarray(self.columns.T)  # (k, n): one contiguous vector per product
 
     def __call__(self, weights: np.ndarray) -> np.ndarray:
         """The statistic under each row of ``weights`` (B, n): (B,) floats; NaN where it is undefined
         (a resample that drew none of this condition's rows, a ratio over a zero denominator)."""
-        sums = weights @ self.columns
+        sums = _products(weights, self.columns)
         with np.errstate(invalid="ignore", divide="ignore"):
             if self.name == "mean":
                 return sums[:, 0] / weights.sum(axis=1)
@@ -238,6 +243,16 @@ class SampleStatistic:
                 count = present.sum(axis=1)
                 return np.where(count > 0, iou.sum(axis=1) / np.maximum(count, 1), np.nan)
             return np.abs(sums).sum(axis=1) / weights.sum(axis=1)
+
+
+def _products(weights: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``weights @ columns.T`` as one matrix-vector product per column. A matrix-matrix product hands
+    these small shapes to a multi-threaded BLAS, which on a busy machine is 30x slower and may sum in an
+    order that depends on the thread count; a matrix-vector product stays on one thread."""
+    out = np.empty((weights.shape[0], columns.shape[0]), np.float64)
+    for k, column in enumerate(columns):
+        out[:, k] = weights @ column
+    return out
 
 
 def draw_counts(index: np.ndarray, n: int) -> np.ndarray:
@@ -261,14 +276,14 @@ def sample_statistic(kind: str, values: Any) -> float:
     0.5
     """
     prepared = SampleStatistic(kind, values)
-    return float(prepared(np.ones((1, prepared.columns.shape[0]), np.float64))[0])
+    return float(prepared(np.ones((1, prepared.columns.shape[1]), np.float64))[0])
 
 
 def sample_statistic_batch(kind: str, values: Any, index: Any) -> np.ndarray:
     """The statistic of each resample: ``index`` (B, m) holds row positions of ``values`` (drawn with
     replacement); returns (B,) floats, ``out[b] == sample_statistic(kind, values[index[b]])``."""
     prepared = SampleStatistic(kind, values)
-    n = prepared.columns.shape[0]
+    n = prepared.columns.shape[1]
     idx = np.asarray(index)
     if idx.ndim != 2 or idx.dtype.kind not in "iu":
         raise ShiftbenchError(f"index must be an integer array (B, m) of row positions, got shape {idx.shape} "

@@ -39,6 +39,9 @@ MCNEMAR_METRICS = ("top1", "top5")
 
 Condition = tuple[str, dict, int]
 
+_CACHE_DRAWS = 8  # draws kept: one row's value and change draws, a few times over
+_CACHE_CELLS = 4_000_000  # a draw larger than this (n ids x resamples) is not kept
+
 
 @dataclass
 class _Entry:
@@ -48,6 +51,7 @@ class _Entry:
     ids: list[str]
     values: np.ndarray
     row: dict[str, int]
+    stat: SampleStatistic | None = None  # prepared on first use
 
 
 @dataclass
@@ -59,8 +63,8 @@ class _Term:
     allowed: set[str] | None = None
 
     def ids(self) -> list[str]:
-        if self.allowed is None:
-            return self.entry.ids
+        if self.allowed is None or self.allowed.issuperset(self.entry.ids):
+            return self.entry.ids  # the same list: the entry's prepared statistic is reused
         return [i for i in self.entry.ids if i in self.allowed]
 
 
@@ -77,6 +81,7 @@ class Uncertainty:
         self._datasets: dict[tuple[str, str, str, str, int], str] = {}
         self._ambiguous: set[tuple[str, str, str, str, int]] = set()
         self._pairs: set[tuple[str, str]] = set()
+        self._cache: dict[tuple[int, int], _Draw] = {}
         for s in samples:
             key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), int(s["severity"]))
             where = f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} s{s['severity']}"
@@ -120,7 +125,7 @@ class Uncertainty:
         k = len(conds)
         terms = [_Term(1.0 / k, b, set(a.ids)) for a, b in zip(ea, eb)]
         terms += [_Term(-1.0 / k, a, set(b.ids)) for a, b in zip(ea, eb)]
-        res = self._bootstrap(("compare", metric, [model_a, model_b], conds), terms)
+        res = self._bootstrap(conds, terms)
         if res is None:
             return None
         diff, boots, n = res
@@ -171,7 +176,7 @@ class Uncertainty:
             return None  # one statistic per metric; a mix (a store written by two versions) has no joint interval
         scale = 1.0 / (len(models) * len(conds))
         value_terms = [_Term(scale, e) for m in models for e in entries[m]]
-        res = self._bootstrap(("value", metric, models, conds), value_terms)
+        res = self._bootstrap(conds, value_terms)
         if res is None:
             return None
         value, boots, _ = res
@@ -194,7 +199,7 @@ class Uncertainty:
             # per model, only the ids it has both clean and under the condition(s) pair up
             delta_terms += [_Term(1.0 / (len(with_clean) * len(conds)), e, clean_ids) for e in entries[m]]
             delta_terms.append(_Term(-1.0 / len(with_clean), cleans[m], shifted_ids))
-        res = self._bootstrap(("delta", metric, with_clean, conds), delta_terms)
+        res = self._bootstrap(conds, delta_terms)
         if res is None:
             return out
         delta, dboots, _ = res
@@ -221,7 +226,7 @@ class Uncertainty:
             return None
         return mcnemar(x, y).p_value
 
-    def _bootstrap(self, identity: tuple, terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
+    def _bootstrap(self, conds: list[Condition], terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
         """Point estimate, ``n_boot`` resampled values and the number of ids of ``sum(coef x statistic)``,
         all terms resampled with the same draw of ids (the union of the ids the terms use)."""
         universe: dict[str, int] = {}
@@ -232,38 +237,82 @@ class Uncertainty:
                 return None  # nothing pairs up (no shared ids): no interval rather than a made-up one
             for i in ids:
                 universe.setdefault(i, len(universe))
-            rows = [term.entry.row[i] for i in ids]
-            stat = SampleStatistic(term.entry.kind, term.entry.values[rows])
+            if ids is term.entry.ids:  # the whole condition: prepared once per entry
+                if term.entry.stat is None:
+                    term.entry.stat = SampleStatistic(term.entry.kind, term.entry.values)
+                stat = term.entry.stat
+            else:
+                stat = SampleStatistic(term.entry.kind, term.entry.values[[term.entry.row[i] for i in ids]])
             plans.append((term.coef, stat, np.fromiter((universe[i] for i in ids), np.int64, len(ids))))
         n = len(universe)
-        point = float(_combine(plans, np.ones((1, n), np.float64))[0])
-        rng = np.random.Generator(np.random.PCG64(self._cell_seed(identity)))
-        boots = np.empty(self.n_boot, np.float64)
-        at = 0
-        for counts in resample_counts(n, self.n_boot, rng):
-            boots[at:at + counts.shape[0]] = _combine(plans, counts)
-            at += counts.shape[0]
-        return point, boots, n
+        plans = [(coef, stat, None if cols.size == n and np.array_equal(cols, np.arange(n)) else cols)
+                 for coef, stat, cols in plans]
+        point = float(_combine(plans, [np.ones((1, n), np.float64)], None)[0])
+        draw = self._draw(conds, n)
+        return point, _combine(plans, draw.chunks, draw.memo), n
 
-    def _cell_seed(self, identity: tuple) -> int:
-        """A 128-bit seed from the run's seed and what is computed: stable across builds and platforms."""
-        tag, metric, models, conds = identity
-        text = json.dumps([self.seed, tag, metric, list(models), [[c[0], params_key(c[1]), c[2]] for c in conds]],
+    def _draw(self, conds: list[Condition], n: int) -> _Draw:
+        """The resampled ids of one row (its conditions) over n ids. The draw depends on neither the model,
+        the metric nor what is computed: every model of a row, its change against clean and the mean column
+        see the same resampled ids (the joint resample), and adding a model changes no one else's draw.
+        The last few draws that fit in one chunk are kept with the statistics computed on them, since a
+        table asks for the same row once per model, once for the mean and once more for the change."""
+        key = (self._row_seed(conds), n)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        rng = np.random.Generator(np.random.PCG64(key[0]))
+        chunks = resample_counts(n, self.n_boot, rng)
+        if n * self.n_boot > _CACHE_CELLS:
+            return _Draw(chunks, None)  # drawn chunk by chunk as used, never all held
+        draw = _Draw(list(chunks), {})
+        self._cache[key] = draw
+        while len(self._cache) > _CACHE_DRAWS:
+            self._cache.pop(next(iter(self._cache)))
+        return draw
+
+    def _row_seed(self, conds: list[Condition]) -> int:
+        """A 128-bit seed from the run's seed and the row's conditions: stable across builds and platforms."""
+        text = json.dumps([self.seed, [[c[0], params_key(c[1]), c[2]] for c in conds]],
                           sort_keys=True, separators=(",", ":"))
         return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
 
 
-def _combine(plans: list[tuple[float, SampleStatistic, np.ndarray]], counts: np.ndarray) -> np.ndarray:
-    """sum(coef x statistic) under each row of ``counts``. The positive and the negative terms are summed
-    apart, in the same order, and a difference within rounding of 0 is 0: identical conditions then give
-    a change of exactly 0 (and "within noise"), not +-1e-17 on either side."""
-    plus = np.zeros(counts.shape[0], np.float64)
-    minus = np.zeros(counts.shape[0], np.float64)
-    for coef, stat, cols in plans:
-        if coef >= 0:
-            plus += coef * stat(counts[:, cols])
-        else:
-            minus += -coef * stat(counts[:, cols])
+@dataclass
+class _Draw:
+    """Draw counts of one row's resamples, in chunks, and (when kept) the statistics of whole conditions
+    already computed on them, by prepared statistic."""
+
+    chunks: Iterable[np.ndarray]
+    memo: dict[int, tuple[SampleStatistic, list[np.ndarray]]] | None
+
+
+def _combine(plans: list[tuple[float, SampleStatistic, np.ndarray | None]], chunks: Iterable[np.ndarray],
+             memo: dict[int, tuple[SampleStatistic, list[np.ndarray]]] | None) -> np.ndarray:
+    """sum(coef x statistic) under each resample. The positive and the negative terms are summed apart, in
+    the same order, and a difference within rounding of 0 is 0: identical conditions then give a change
+    of exactly 0 (and "within noise"), not +-1e-17 on either side."""
+    plus_parts, minus_parts = [], []
+    chunks = list(chunks) if memo is not None else chunks
+    for c, counts in enumerate(chunks):
+        plus = np.zeros(counts.shape[0], np.float64)
+        minus = np.zeros(counts.shape[0], np.float64)
+        for coef, stat, cols in plans:
+            if cols is None and memo is not None:
+                # a whole condition on a kept draw: computed once for every cell of the row that uses it
+                held = memo.setdefault(id(stat), (stat, []))[1]
+                if len(held) <= c:
+                    held.append(stat(counts))
+                values = held[c]
+            else:
+                values = stat(counts if cols is None else counts[:, cols])
+            if coef >= 0:
+                plus += coef * values
+            else:
+                minus += -coef * values
+        plus_parts.append(plus)
+        minus_parts.append(minus)
+    plus, minus = np.concatenate(plus_parts), np.concatenate(minus_parts)
     out = plus - minus
     with np.errstate(invalid="ignore"):
         out[np.abs(out) <= 1e-12 * (np.abs(plus) + np.abs(minus))] = 0.0
