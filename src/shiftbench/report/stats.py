@@ -82,6 +82,7 @@ class Uncertainty:
         self._ambiguous: set[tuple[str, str, str, str, int]] = set()
         self._pairs: set[tuple[str, str]] = set()
         self._cache: dict[tuple[int, int], _Draw] = {}
+        self._ones: dict[int, _Draw] = {}
         for s in samples:
             key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), int(s["severity"]))
             where = f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} s{s['severity']}"
@@ -247,7 +248,11 @@ class Uncertainty:
         n = len(universe)
         plans = [(coef, stat, None if cols.size == n and np.array_equal(cols, np.arange(n)) else cols)
                  for coef, stat, cols in plans]
-        point = float(_combine(plans, [np.ones((1, n), np.float64)], None)[0])
+        ones = self._ones.get(n)
+        if ones is None:
+            # the point estimate is the statistic under all-ones weights: kept per n like a draw
+            ones = self._ones[n] = _Draw([np.ones((1, n), np.float64)], {})
+        point = float(_combine(plans, ones.chunks, ones.memo)[0])
         draw = self._draw(conds, n)
         return point, _combine(plans, draw.chunks, draw.memo), n
 
