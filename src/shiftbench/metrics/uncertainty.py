@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
 
-__all__ = ["bootstrap_ci", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise"]
+__all__ = ["bootstrap_ci", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
+           "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
+           "percentile_interval", "bootstrap_p_value"]
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -149,3 +151,177 @@ def _binomial_two_sided(k: int, n: int) -> float:
 def within_noise(low: float, high: float) -> bool:
     """True when an interval of a change holds 0."""
     return low <= 0.0 <= high
+
+
+# --- statistics of per-sample values (issue 15): the store's `kind`s, vectorised over resamples -------------
+#
+# A resample is expressed as a weight matrix W (B, n): W[b, i] = how many times row i was drawn in
+# resample b (0 for a row absent from a condition). Every kind is then one or two matrix products with
+# W, so 1,000 resamples cost a BLAS call instead of a Python loop, and rows that a condition lacks simply
+# weigh 0 (conditions of one run pair up by sample id, and a sample skipped under one is absent there).
+
+KINDS = ("mean", "ratio", "iou", "ece:B")
+
+
+def _parse_kind(kind: str) -> tuple[str, int]:
+    if kind in ("mean", "ratio", "iou"):
+        return kind, 0
+    if isinstance(kind, str) and kind.startswith("ece:"):
+        try:
+            bins = int(kind[4:])
+        except ValueError:
+            bins = 0
+        if bins >= 1:
+            return "ece", bins
+    raise ShiftbenchError(f"unknown per-sample statistic kind {kind!r}; expected one of mean, ratio, iou, ece:B "
+                          f"(B = number of bins, e.g. ece:15)")
+
+
+def _kind_values(kind: str, values: Any) -> np.ndarray:
+    """``values`` as float64 in the shape ``kind`` needs, checked (a wrong shape names the kind and shape)."""
+    name, _ = _parse_kind(kind)
+    v = np.asarray(values, dtype=np.float64)
+    expected = {"mean": "(n,)", "ratio": "(n, 2)", "iou": "(n, 2, C)", "ece": "(n, 2)"}[name]
+    ok = {"mean": v.ndim == 1, "ratio": v.ndim == 2 and v.shape[1:] == (2,),
+          "iou": v.ndim == 3 and v.shape[1] == 2, "ece": v.ndim == 2 and v.shape[1:] == (2,)}[name]
+    if not ok:
+        raise ShiftbenchError(f"per-sample values of kind {kind!r} must have shape {expected}, got {v.shape}")
+    if v.shape[0] == 0:
+        raise ShiftbenchError(f"per-sample values of kind {kind!r}: no samples")
+    if not np.all(np.isfinite(v)):
+        raise ShiftbenchError(f"per-sample values of kind {kind!r} must be finite (got NaN or inf)")
+    return v
+
+
+class SampleStatistic:
+    """One condition's per-sample values reduced to the columns a weight matrix multiplies.
+
+    ``SampleStatistic(kind, values)(weights)`` gives the statistic under each row of ``weights`` (B, n):
+    ``weights[b, i]`` is how often row i was drawn in resample b. All-ones weights give the stored value.
+    """
+
+    __slots__ = ("name", "columns", "classes")
+
+    def __init__(self, kind: str, values: Any):
+        from .classification import bin_index  # light: numpy only
+
+        self.name, bins = _parse_kind(kind)
+        v = _kind_values(kind, values)
+        if self.name == "mean":
+            self.columns = v[:, None]
+        elif self.name == "ratio":
+            self.columns = v
+        elif self.name == "iou":
+            # intersections then unions, side by side; a class no row has (union 0 everywhere) can never
+            # count, so it is left out up front
+            seen = v[:, 1, :].sum(axis=0) > 0
+            self.classes = int(seen.sum())
+            self.columns = np.concatenate([v[:, 0, seen], v[:, 1, seen]], axis=1)
+        else:
+            # ECE = sum over bins |sum(correct - confidence)| / N: one signed column per occupied bin
+            confidence, correct = v[:, 0], v[:, 1]
+            index = bin_index(confidence, bins)
+            occupied, slot = np.unique(index, return_inverse=True)
+            onehot = np.zeros((v.shape[0], occupied.size), np.float64)
+            onehot[np.arange(v.shape[0]), slot.reshape(-1)] = 1.0
+            self.columns = onehot * (correct - confidence)[:, None]
+        self.columns = np.ascontiguousarray(self.columns.T)  # (k, n): one contiguous vector per product
+
+    def __call__(self, weights: np.ndarray) -> np.ndarray:
+        """The statistic under each row of ``weights`` (B, n): (B,) floats; NaN where it is undefined
+        (a resample that drew none of this condition's rows, a ratio over a zero denominator)."""
+        sums = _products(weights, self.columns)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if self.name == "mean":
+                return sums[:, 0] / weights.sum(axis=1)
+            if self.name == "ratio":
+                return sums[:, 0] / sums[:, 1]
+            if self.name == "iou":
+                inter, union = sums[:, :self.classes], sums[:, self.classes:]
+                present = union > 0
+                iou = np.where(present, inter / np.where(present, union, 1.0), 0.0)
+                count = present.sum(axis=1)
+                return np.where(count > 0, iou.sum(axis=1) / np.maximum(count, 1), np.nan)
+            return np.abs(sums).sum(axis=1) / weights.sum(axis=1)
+
+
+def _products(weights: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``weights @ columns.T`` as one matrix-vector product per column. A matrix-matrix product hands
+    these small shapes to a multi-threaded BLAS, which on a busy machine is 30x slower and may sum in an
+    order that depends on the thread count; a matrix-vector product stays on one thread."""
+    out = np.empty((weights.shape[0], columns.shape[0]), np.float64)
+    for k, column in enumerate(columns):
+        out[:, k] = weights @ column
+    return out
+
+
+def draw_counts(index: np.ndarray, n: int) -> np.ndarray:
+    """Draw counts (B, n) as float64 from resampled row positions (B, m): how often each row was drawn."""
+    b = index.shape[0]
+    flat = (np.arange(b, dtype=np.int64)[:, None] * n + index).reshape(-1)
+    return np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def sample_statistic(kind: str, values: Any) -> float:
+    """The stored value of a (condition, metric) recomputed from its per-sample values.
+
+    ``kind`` is ``"mean"`` (values (n,)), ``"ratio"`` (values (n, 2): sum of numerators over sum of
+    denominators), ``"iou"`` (values (n, 2, C): per-image intersection and union per class; mean over
+    classes with a non-empty summed union of sum(I) / sum(U), the confusion-matrix mIoU) or ``"ece:B"``
+    (values (n, 2): confidence and 1/0 correct; ECE with B equal-width bins).
+
+    >>> sample_statistic("mean", [1.0, 0.0, 1.0, 1.0])
+    0.75
+    >>> sample_statistic("ratio", [[1, 4], [3, 4]])
+    0.5
+    """
+    prepared = SampleStatistic(kind, values)
+    return float(prepared(np.ones((1, prepared.columns.shape[1]), np.float64))[0])
+
+
+def sample_statistic_batch(kind: str, values: Any, index: Any) -> np.ndarray:
+    """The statistic of each resample: ``index`` (B, m) holds row positions of ``values`` (drawn with
+    replacement); returns (B,) floats, ``out[b] == sample_statistic(kind, values[index[b]])``."""
+    prepared = SampleStatistic(kind, values)
+    n = prepared.columns.shape[1]
+    idx = np.asarray(index)
+    if idx.ndim != 2 or idx.dtype.kind not in "iu":
+        raise ShiftbenchError(f"index must be an integer array (B, m) of row positions, got shape {idx.shape} "
+                              f"and dtype {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ShiftbenchError(f"index holds positions outside 0..{n - 1}")
+    out = np.empty(idx.shape[0], np.float64)
+    step = max(1, _CHUNK_CELLS // max(n, idx.shape[1], 1))
+    for start in range(0, idx.shape[0], step):
+        part = idx[start:start + step].astype(np.int64)
+        out[start:start + part.shape[0]] = prepared(draw_counts(part, n))
+    return out
+
+
+def resample_counts(n: int, n_boot: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Yield the draw counts (b, n) of ``n_boot`` resamples of n items (with replacement, size n), in
+    chunks of at most ``_CHUNK_CELLS`` cells; the chunking does not change the draws (one generator)."""
+    step = max(1, _CHUNK_CELLS // max(n, 1))
+    for start in range(0, n_boot, step):
+        rows = min(step, n_boot - start)
+        yield draw_counts(rng.integers(0, n, size=(rows, n)), n)
+
+
+def percentile_interval(boots: np.ndarray, level: float = LEVEL) -> tuple[float, float] | None:
+    """The percentile interval of resampled statistics, leaving out undefined (NaN) resamples; None if
+    none is defined."""
+    finite = boots[np.isfinite(boots)]
+    if finite.size == 0:
+        return None
+    return _interval(finite, level)
+
+
+def bootstrap_p_value(boots: np.ndarray) -> float | None:
+    """Two-sided bootstrap p-value of a change being 0: twice the smaller tail of the resampled changes
+    at 0, at most 1 (the rule of ``paired_bootstrap``); None if no resample is defined."""
+    finite = boots[np.isfinite(boots)]
+    if finite.size == 0:
+        return None
+    if np.all(finite == 0):
+        return 1.0
+    return min(1.0, 2.0 * min(float(np.mean(finite <= 0)), float(np.mean(finite >= 0))))

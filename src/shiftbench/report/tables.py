@@ -26,6 +26,13 @@ class Cell:
     value: float | None
     delta: float | None = None  # value - clean, same units as value
     n: int = 0
+    # filled by report.stats.Uncertainty.annotate from the per-sample values (None where the store has none)
+    low: float | None = None  # 95% bootstrap interval of value (same units as value)
+    high: float | None = None
+    delta_low: float | None = None  # 95% paired-bootstrap interval of delta (value - clean, same model)
+    delta_high: float | None = None
+    p_value: float | None = None  # paired test of value against clean (bootstrap; McNemar for top1/top5, one condition)
+    noise: bool | None = None  # True when the delta interval holds 0: the change is within noise
 
 
 @dataclass
@@ -60,6 +67,28 @@ class Table:
 
     def columns(self) -> list[str]:
         return self.models + ["mean"]
+
+    def ci_text(self, row: str, model: str) -> str:
+        """The value and its 95% interval, '48.4 [40.1, 56.7]'; the value alone without an interval."""
+        cell = self.cells.get((row, model))
+        if cell is None:
+            return "–"
+        if cell.low is None or cell.high is None:
+            return self.fmt(cell.value)
+        return f"{self.fmt(cell.value)} [{self.fmt(cell.low)}, {self.fmt(cell.high)}]"
+
+    def delta_text(self, row: str, model: str, marker: str = "≈") -> str:
+        """The change against clean and its paired 95% interval, '-3.1 [-7.8, +1.6] ≈', ``marker``
+        appended when the interval holds 0 (within noise); '–' on clean or without a change."""
+        cell = self.cells.get((row, model))
+        if cell is None or cell.delta is None or row == CLEAN:
+            return "–"
+        text = self.fmt(cell.delta, signed=True)
+        if cell.delta_low is not None and cell.delta_high is not None:
+            text += f" [{self.fmt(cell.delta_low, signed=True)}, {self.fmt(cell.delta_high, signed=True)}]"
+        if cell.noise and marker:
+            text += f" {marker}"
+        return text
 
 
 def metric_order(rows: Iterable[dict[str, Any]], preferred: list[str]) -> list[str]:

@@ -1,0 +1,215 @@
+"""report.stats.Uncertainty: the report's intervals and paired tests, against a plain-loop replay of the
+same draws, scipy's bootstrap, and the properties a reader relies on (the interval holds the value, the
+same store gives the same numbers, identical conditions are noise, a real drop is not)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from samples_synth import synthetic_samples
+from shiftbench.metrics.uncertainty import mcnemar, sample_statistic
+from shiftbench.report.stats import Uncertainty, row_conditions
+from shiftbench.report.tables import Cell, Table, build_tables
+
+NOISE = [("gaussian_noise", {}, 1), ("gaussian_noise", {}, 3), ("gaussian_noise", {}, 5)]
+CLEAN = [("clean", {}, 0)]
+
+
+def by_key(samples):
+    return {(s["model"], s["metric"], s["shift"], s["severity"]): s for s in samples}
+
+
+def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list, terms: list):
+    """The bootstrap of sum(coef x statistic) with plain loops: the same seed and the same universe of
+    ids (in first-seen order), each resample's ids looked up one by one."""
+    universe = []
+    for _, s, allowed in terms:
+        for i in s["ids"]:
+            if (allowed is None or i in allowed) and i not in universe:
+                universe.append(i)
+    rng = np.random.Generator(np.random.PCG64(u._row_seed(conds)))
+    draws = rng.integers(0, len(universe), size=(u.n_boot, len(universe)))
+    boots = []
+    for draw in draws:
+        total = 0.0
+        for coef, s, allowed in terms:
+            pos = {i: k for k, i in enumerate(s["ids"])}
+            rows = [pos[universe[j]] for j in draw if universe[j] in pos and (allowed is None or universe[j] in allowed)]
+            total += coef * sample_statistic(s["kind"], s["values"][rows])
+        boots.append(total)
+    return np.quantile(boots, [0.025, 0.975])
+
+
+@pytest.mark.parametrize("metric", ["top1", "foreground_iou", "miou", "ece"])
+def test_joint_interval_over_severities_and_its_change_replay_with_plain_loops(metric):
+    samples, _ = synthetic_samples(n=24)
+    u = Uncertainty(samples, seed=3, n_boot=200)
+    s = by_key(samples)
+    res = u.aggregate("m_b", metric, NOISE)
+    shifted = [s[("m_b", metric, "gaussian_noise", k)] for k in (1, 3, 5)]
+    clean = s[("m_b", metric, "clean", 0)]
+    expected_value = np.mean([sample_statistic(x["kind"], x["values"]) for x in shifted])
+    assert res["value"] == pytest.approx(expected_value, abs=1e-12)
+    assert res["n"] == 24
+    low, high = replay(u, "value", metric, ["m_b"], NOISE, [(1 / 3, x, None) for x in shifted])
+    assert (res["low"], res["high"]) == pytest.approx((low, high), abs=1e-12)
+    # the change pairs ids: severity 3 lacks 5 ids; clean is compared on the ids the severities have
+    clean_ids, shifted_ids = set(clean["ids"]), {i for x in shifted for i in x["ids"]}
+    terms = [(1 / 3, x, clean_ids) for x in shifted] + [(-1.0, clean, shifted_ids)]
+    low, high = replay(u, "delta", metric, ["m_b"], NOISE, terms)
+    assert (res["delta_low"], res["delta_high"]) == pytest.approx((low, high), abs=1e-12)
+    assert res["noise"] == (low <= 0 <= high)
+    assert 0 <= res["p_value"] <= 1
+
+
+def test_mean_column_resamples_models_jointly_and_replays_with_plain_loops():
+    samples, rows = synthetic_samples(n=20, metrics=(("top1", "mean"),))
+    u = Uncertainty(samples, seed=0, n_boot=150)
+    table = build_tables(rows)[0]
+    u.annotate(table)
+    s = by_key(samples)
+    models = ["m_a", "m_b", "m_c"]
+    mean = table.cells[("gaussian_noise", "mean")]
+    terms = [(1 / 9, s[(m, "top1", "gaussian_noise", k)], None) for m in models for k in (1, 3, 5)]
+    low, high = replay(u, "value", "top1", models, NOISE, terms)
+    assert (mean.low, mean.high) == pytest.approx((low, high), abs=1e-12)
+    assert mean.low <= mean.value <= mean.high
+
+
+def test_every_cell_gets_an_interval_that_holds_its_value_and_a_paired_test():
+    samples, rows = synthetic_samples()
+    u = Uncertainty(samples)
+    tables = build_tables(rows) + build_tables(rows, per_severity=True)
+    for table in tables:
+        u.annotate(table)
+        for (label, model), cell in table.cells.items():
+            assert cell.low is not None and cell.high is not None, (table.metric, label, model)
+            if table.metric != "ece":  # ECE's resamples are biased upwards; its interval may sit above it
+                assert cell.low - 1e-12 <= cell.value <= cell.high + 1e-12, (table.metric, label, model)
+            if label == "clean":
+                assert cell.delta_low is None and cell.p_value is None and cell.noise is None
+            else:
+                assert cell.delta_low <= cell.delta_high and 0 <= cell.p_value <= 1
+                assert cell.noise == (cell.delta_low <= 0 <= cell.delta_high)
+    per_sev = build_tables(rows, per_severity=True)[0]
+    assert row_conditions(per_sev, "gaussian_noise s3") == [("gaussian_noise", {}, 3)]
+    assert row_conditions(build_tables(rows)[0], "gaussian_noise") == NOISE
+
+
+def test_deterministic_and_a_new_model_leaves_other_cells_alone():
+    samples, rows = synthetic_samples(models=("m_a", "m_b"))
+    more, more_rows = synthetic_samples(models=("m_a", "m_b", "m_c"))
+    first, again, bigger = build_tables(rows)[0], build_tables(rows)[0], build_tables(more_rows)[0]
+    Uncertainty(samples, seed=5).annotate(first)
+    Uncertainty(samples, seed=5).annotate(again)
+    Uncertainty(more, seed=5).annotate(bigger)
+    for key, cell in first.cells.items():
+        assert cell == again.cells[key]
+        if key[1] != "mean":
+            assert cell == bigger.cells[key]
+    other = build_tables(rows)[0]
+    Uncertainty(samples, seed=6).annotate(other)
+    assert other.cells[("gaussian_noise", "m_a")].low != first.cells[("gaussian_noise", "m_a")].low
+
+
+def test_identical_conditions_give_zero_change_within_noise():
+    samples, _ = synthetic_samples(models=("m_a",), metrics=(("top1", "mean"), ("miou", "iou")))
+    for s in list(samples):
+        if s["shift"] == "clean":
+            samples.append({**s, "shift": "brightness", "severity": 2})
+    u = Uncertainty(samples)
+    for metric in ("top1", "miou"):
+        res = u.aggregate("m_a", metric, [("brightness", {}, 2)])
+        assert (res["delta"], res["delta_low"], res["delta_high"], res["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+        assert res["noise"] is True
+        same = u.compare("m_a", "m_a", metric, NOISE)
+        assert (same["diff"], same["low"], same["high"], same["noise"]) == (0.0, 0.0, 0.0, True)
+
+
+def test_a_real_drop_on_64_samples_is_not_noise():
+    ids = [f"s{i}" for i in range(64)]
+    clean = {"model": "m", "dataset": "d", "shift": "clean", "params": {}, "severity": 0, "metric": "top1",
+             "kind": "mean", "ids": ids, "values": np.ones(64)}
+    samples = [clean] + [{**clean, "shift": "snow", "severity": k, "values": np.zeros(64)} for k in (1, 2)]
+    u = Uncertainty(samples)
+    one = u.aggregate("m", "top1", [("snow", {}, 1)])
+    assert one["delta"] == -1.0 and one["noise"] is False and one["p_value"] < 0.001
+    assert one["p_value"] == pytest.approx(mcnemar(np.ones(64), np.zeros(64)).p_value)  # exact McNemar: 2^-63
+    both = u.aggregate("m", "top1", [("snow", {}, 1), ("snow", {}, 2)])  # two severities: paired bootstrap
+    assert both["noise"] is False and both["p_value"] < 0.001 and both["delta_high"] == -1.0
+    assert (one["low"], one["high"]) == (0.0, 0.0)
+
+
+def test_value_interval_is_close_to_scipys_percentile_bootstrap():
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(0)
+    for p in (0.3, 0.75):
+        values = (rng.random(4000) < p).astype(float)
+        u = Uncertainty([{"model": "m", "dataset": "d", "shift": "clean", "params": {}, "severity": 0,
+                          "metric": "top1", "kind": "mean", "ids": [str(i) for i in range(4000)], "values": values}])
+        res = u.aggregate("m", "top1", CLEAN)
+        ref = bootstrap((values,), np.mean, n_resamples=1000, method="percentile", random_state=1).confidence_interval
+        assert abs(res["low"] - ref.low) < 0.01 and abs(res["high"] - ref.high) < 0.01  # within a point
+        assert res["delta"] is None and res["noise"] is None
+
+
+def test_compare_is_b_minus_a_on_shared_ids_with_mcnemar_for_top1():
+    samples, _ = synthetic_samples(models=("m_a", "m_c"), metrics=(("top1", "mean"),),
+                                   missing={("clean", 0): [7]})
+    s = by_key(samples)
+    # m_c lacks id 3 on clean as well: only the ids both models have are paired
+    c = s[("m_c", "top1", "clean", 0)]
+    keep = [k for k, i in enumerate(c["ids"]) if i != "img0003"]
+    c["ids"], c["values"] = [c["ids"][k] for k in keep], c["values"][keep]
+    u = Uncertainty(samples)
+    res = u.compare("m_a", "m_c", "top1", CLEAN)
+    a, b = s[("m_a", "top1", "clean", 0)], c
+    shared = [i for i in a["ids"] if i in b["ids"]]
+    xa = np.array([a["values"][a["ids"].index(i)] for i in shared])
+    xb = np.array([b["values"][b["ids"].index(i)] for i in shared])
+    assert res["n"] == len(shared) == 62
+    assert res["diff"] == pytest.approx(xb.mean() - xa.mean(), abs=1e-12)
+    assert res["p_value"] == mcnemar(xa, xb).p_value
+    assert res["low"] <= res["diff"] <= res["high"]
+
+
+def test_without_per_sample_values_nothing_is_filled():
+    _, rows = synthetic_samples()
+    table = build_tables(rows)[0]
+    Uncertainty([]).annotate(table)
+    assert all(c.low is None and c.p_value is None for c in table.cells.values())
+    assert not Uncertainty([]).has("m_a", "top1") and Uncertainty([]).aggregate("m_a", "top1", CLEAN) is None
+    samples, _ = synthetic_samples(models=("m_a",))
+    only = Uncertainty([s for s in samples if s["severity"] != 5])  # one severity lacks values: no joint interval
+    assert only.aggregate("m_a", "top1", NOISE) is None and only.aggregate("m_a", "top1", NOISE[:2]) is not None
+
+
+def test_ci_and_delta_text():
+    table = Table(metric="top1", higher_is_better=True, percent=True, models=["m"], rows=["clean", "snow"])
+    table.cells[("clean", "m")] = Cell(0.515, None, 64, low=0.432, high=0.601)
+    table.cells[("snow", "m")] = Cell(0.484, -0.031, 64, low=0.401, high=0.567, delta_low=-0.078,
+                                      delta_high=0.016, p_value=0.2, noise=True)
+    assert table.ci_text("snow", "m") == "48.4 [40.1, 56.7]"
+    assert table.delta_text("snow", "m") == "-3.1 [-7.8, +1.6] ≈"
+    assert table.delta_text("clean", "m") == "–" and table.ci_text("fog", "m") == "–"
+    table.cells[("snow", "m")].noise = False
+    assert table.delta_text("snow", "m") == "-3.1 [-7.8, +1.6]"
+    table.cells[("fog", "m")] = Cell(0.5, 0.01, 64)
+    table.rows.append("fog")
+    assert table.ci_text("fog", "m") == "50.0" and table.delta_text("fog", "m") == "+1.0"
+    assert table.text("snow", "m") == "48.4 (-3.1)"  # the existing text is unchanged
+
+
+def test_bad_samples_are_named():
+    from shiftbench.errors import ShiftbenchError
+
+    samples, _ = synthetic_samples(models=("m_a",), metrics=(("top1", "mean"),))
+    bad = dict(samples[0], ids=samples[0]["ids"][:-1])
+    with pytest.raises(ShiftbenchError, match="m_a / top1 / clean s0: 63 ids but values of shape"):
+        Uncertainty([bad])
+    with pytest.raises(ShiftbenchError, match="ids repeat"):
+        Uncertainty([dict(samples[0], ids=["x"] * 64)])
+    with pytest.raises(ShiftbenchError, match="kind 'ratio'"):
+        Uncertainty([dict(samples[0], kind="ratio")])
