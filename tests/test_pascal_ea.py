@@ -199,3 +199,49 @@ def test_the_former_command_names_its_replacement(capsys):
     assert main(["--config", "x.yaml"]) == 2
     out = capsys.readouterr().out
     assert "shiftbench evaluate" in out and "shiftbench report" in out and len(out.strip().splitlines()) == 1
+
+
+def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch):
+    """evaluate computes the spec's quality section and stores it; building the report afterwards creates
+    no model and runs no feature network or evaluation (each entry point raises), and shows the stored numbers."""
+    import html as htmllib
+    import re
+
+    import shiftbench.engine.evaluate as engine_evaluate
+    import shiftbench.metrics.quality as quality
+    import shiftbench.models.features as features
+    from e2e import report_tables
+    from shiftbench.engine.quality import stored_quality_rows
+    from shiftbench.engine.store import Store
+    from shiftbench.registry import MODELS
+
+    spec = {"name": "pea_q", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
+            "limit": 3, "shifts": ["clean", {"name": "attribute_pattern", "params": {"pattern": "striped"}, "severities": [5]}],
+            "quality": {"metrics": ["lpips", "dino_distance", "fid"], "features": register_pixel_features()}}
+    rows = sb.evaluate(spec, store=tmp_path / "s.db")
+    db = Store(tmp_path / "s.db")
+    qrows = stored_quality_rows(db, rows[0]["run_id"])
+    db.close()
+    assert {r["metric"] for r in qrows} == {"lpips", "dino_distance", "fid"} and all(r["n"] == 3 for r in qrows)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the report ran a model")
+
+    for module, name in ((quality, "evaluate_quality"), (quality, "create_feature_net"),
+                         (features, "create_feature_net"), (engine_evaluate, "evaluate"), (sb, "evaluate"),
+                         (PixelFeatures, "features")):
+        monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(MODELS, "create", forbidden)
+    tables, _, html = report_tables(tmp_path / "s.db", tmp_path / "rep")
+    lpips = next(r["value"] for r in qrows if r["metric"] == "lpips")
+    quality_table = next(t for t in tables if t[0][:3] == ["family", "attribute", "LPIPS ↓"])
+    assert quality_table[1][:3] == ["pattern", "striped", f"{lpips:.3f}"] and quality_table[-1][:2] == ["pattern", "mean"]
+    change = next(t for t in tables if t[0][:2] == ["model", "clean foreground_iou"])
+    clean = next(r["value"] for r in rows if r["shift"] == "clean")
+    striped = next(r["value"] for r in rows if r["shift"] != "clean")
+    assert change[1][:3] == ["dummy_segmenter", f"{100 * clean:.1f}", f"{100 * (striped - clean):+.1f}"]
+    assert 'title="n = 3' in html
+    section = html[html.index("Pascal-EA: attribute edits"):]
+    visible = htmllib.unescape(re.sub(r"<[^>]+>", " ", section))
+    assert "**" not in visible and "`" not in visible
+    assert (tmp_path / "rep" / "pascal_ea.md").exists() and (tmp_path / "rep" / "pascal_ea_quality.csv").exists()
