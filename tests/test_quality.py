@@ -335,3 +335,10 @@ def test_a_run_killed_during_its_quality_step_computes_it_on_resume(tmp_path):
     calls = PixelFeatures.calls
     sb.evaluate(spec, store=db)
     assert PixelFeatures.calls > calls and _artifact(db) == _artifact(ref)
+
+
+def test_quality_progress_is_one_plain_line_per_shifted_set(tmp_path, capsys):
+    sb.evaluate(_quality_spec(), store=tmp_path / "p.db", progress=True)
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("quality:")]
+    assert [l.split(" (")[0] for l in lines] == ["quality: 1/2 shifted sets", "quality: 2/2 shifted sets"]
+    assert "(attribute_color pink)" in lines[0] and "(attribute_style sketch)" in lines[1]

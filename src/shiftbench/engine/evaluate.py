@@ -149,7 +149,7 @@ def evaluate(
         rows = runner.run(plan)
         from .quality import run_quality
 
-        run_quality(plan, db, runner.run_id)  # the spec's quality: section, stored for the report
+        run_quality(plan, db, runner.run_id, progress)  # the spec's quality: section, stored for the report
         return rows
     except BaseException:
         if created is not None:

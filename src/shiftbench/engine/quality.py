@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +29,13 @@ def stored_quality_rows(store: "Store", run_id: str) -> list[dict[str, Any]]:
     return json.loads(found[0]["data"].decode("utf-8")) if found else []
 
 
-def run_quality(plan: "Plan", store: "Store", run_id: str | None) -> list[dict[str, Any]]:
+def run_quality(plan: "Plan", store: "Store", run_id: str | None, progress: bool = False) -> list[dict[str, Any]]:
     """Compute and store the quality rows of ``plan``'s spec section unless the run already holds them.
 
     Returns the run's quality rows ([] for a spec without a ``quality:`` section, or a retrieval spec).
     The images are those the runner scored: the run's dataset (its ``limit`` and ``ids`` applied), the
-    first ``quality.limit`` of them, shifted with the run's seed at ``quality.severity``.
+    first ``quality.limit`` of them, shifted with the run's seed at ``quality.severity``. With ``progress``
+    (the CLI) a plain line on stderr after each shifted set: the pass can take minutes.
     """
     section = plan.spec.quality
     if not section or run_id is None:
@@ -51,9 +53,15 @@ def run_quality(plan: "Plan", store: "Store", run_id: str | None) -> list[dict[s
     log.info("quality: %s of %d shifted sets, severity %d", ", ".join(section["metrics"]), len(shifts),
              section["severity"])
     started = time.monotonic()
+
+    def report(done: int, total: int, label: str) -> None:
+        # one short line per set, never wrapped or redrawn: readable in a terminal and in a log file
+        print(f"quality: {done}/{total} shifted sets ({label}), {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)
+
     rows = evaluate_quality(plan.dataset, shifts, metrics=section["metrics"], severity=section["severity"],
                             limit=section.get("limit"), seed=plan.spec.seed, features=section["features"],
-                            clip=section.get("clip"))
+                            clip=section.get("clip"), on_shift=report if progress else None)
     store.put_artifact(run_id, QUALITY_ARTIFACT, json.dumps(rows, sort_keys=True).encode("utf-8"))
     log.info("quality: %d rows stored in %.1f s", len(rows), time.monotonic() - started)
     return rows
