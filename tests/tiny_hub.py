@@ -167,3 +167,34 @@ def tiny_open_clip():
         return torch.tensor([[sum(map(ord, w)) % 50 for w in (t.split() + ["<pad>"] * 8)[:8]] for t in texts])
 
     return TinyClip(), tokenize
+
+
+class PixelFeatures:
+    """The tiniest feature network for the quality metrics (no weights): colour maps at two scales, embedding
+    = colour mean and std per channel. ``delay`` seconds of sleep per call let a test kill a run inside
+    its quality step."""
+
+    name = "pixel_features"
+    task = "features"
+    delay = 0.0
+    calls = 0
+
+    def features(self, images):
+        import time
+
+        from shiftbench.models.features import Features
+
+        type(self).calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        x = np.stack([np.asarray(im) for im in images]).astype(np.float64).transpose(0, 3, 1, 2) / 255.0
+        emb = np.concatenate([x.mean(axis=(2, 3)), x.std(axis=(2, 3))], axis=1)
+        return Features([x - 0.5, x[:, :, ::2, ::2] - 0.5], emb)
+
+
+def register_pixel_features() -> str:
+    """Register :class:`PixelFeatures` as the model ``pixel_features`` (idempotent); returns the name."""
+    from shiftbench.registry import MODELS
+
+    MODELS.add("pixel_features", PixelFeatures, description="test feature network (pixels)", task="features")
+    return "pixel_features"

