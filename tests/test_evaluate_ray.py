@@ -60,6 +60,8 @@ def store_content(db: Path) -> dict[str, list]:
                                   con.execute("SELECT condition_id, sample_id, prediction FROM predictions")),
             "artifacts": sorted((key, bytes(data), meta) for key, data, meta in
                                 con.execute("SELECT key, data, meta FROM artifacts")),
+            "samples": sorted((cond[c], metric, kind, ids, bytes(data)) for c, metric, kind, ids, data in
+                              con.execute("SELECT condition_id, metric, kind, ids, data FROM samples")),
         }
     finally:
         con.close()
@@ -69,7 +71,7 @@ def assert_same_store(a: Path, b: Path) -> None:
     ca, cb = store_content(a), store_content(b)
     for table in ca:
         assert ca[table] == cb[table], table
-    assert ca["results"] and ca["batches"] and ca["artifacts"]
+    assert ca["results"] and ca["batches"] and ca["artifacts"] and ca["samples"]
 
 
 def ray_engine(ray_cluster, **more) -> dict:

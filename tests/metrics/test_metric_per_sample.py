@@ -11,32 +11,11 @@ import numpy as np
 import pytest
 
 from shiftbench.engine.evaluate import decode_state, encode_state, sample_records
-from shiftbench.metrics.classification import bin_index
 from shiftbench.metrics.segmentation import confusion_matrix, mean_iou
 from shiftbench.registry import METRICS
+from sample_statistic import statistic
 
 N = 37
-
-
-def statistic(kind: str, values: np.ndarray) -> float:
-    """The contract's formulas, written out plainly (a reference independent of the metrics' code)."""
-    values = np.asarray(values, np.float64)
-    if kind == "mean":
-        return float(values.mean())
-    if kind == "ratio":
-        return float(values[:, 0].sum() / values[:, 1].sum())
-    if kind == "iou":
-        inter, union = values[:, 0].sum(axis=0), values[:, 1].sum(axis=0)
-        present = union > 0
-        return float(np.mean(inter[present] / union[present]))
-    if kind.startswith("ece:"):
-        bins = int(kind.split(":")[1])
-        total = 0.0
-        for b in range(bins):  # bin by bin, as the definition reads
-            inside = bin_index(values[:, 0], bins) == b
-            total += abs(values[inside, 1].sum() - values[inside, 0].sum())
-        return total / len(values)
-    raise AssertionError(kind)
 
 
 def _classification(rng):
