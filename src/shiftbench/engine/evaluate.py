@@ -582,6 +582,8 @@ def sample_records(metric: Any, ids: Sequence[str], where: str = "") -> dict[str
             log.warning(f"{where}: {key}: {len(values)} per-sample values for {len(ids)} samples; "
                         f"not stored (the report shows its n only)")
             continue
+        if not len(values):
+            continue
         scored = ~np.isnan(values.reshape(len(values), -1)).any(axis=1)
         out[key] = (kind, [str(i) for i, keep in zip(ids, scored) if keep], values[scored])
     return out
