@@ -67,6 +67,17 @@ def row_key(rows: list[dict[str, Any]]) -> list[tuple]:
                    r["metric"], None if r["value"] is None else float(f"{r['value']:.12g}"), r["n"]) for r in rows)
 
 
+def samples_key(db: Path) -> list[tuple]:
+    """A store's per-sample values (every run) as comparable tuples: condition, metric, kind, ids and
+    the values' bytes (exact: a resumed or distributed run stores the same floats)."""
+    from shiftbench.engine.store import Store
+
+    with Store(db) as store:
+        return sorted((s["model"], s["dataset"], s["shift"], json.dumps(s["params"], sort_keys=True), s["severity"],
+                       s["metric"], s["kind"], tuple(s["ids"]), s["values"].shape, s["values"].tobytes())
+                      for run in store.runs() for s in store.samples(run["run_id"]))
+
+
 def _child_code(spec: dict[str, Any], db: Path, setup: str, delay: float) -> str:
     # ``setup`` runs first and may define ``models`` (a dict of model objects by label) and register
     # datasets or models; the child then evaluates slowly (``delay`` seconds per batch) until killed.

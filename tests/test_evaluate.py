@@ -83,12 +83,15 @@ def test_rerun_is_resumed_not_duplicated(tmp_path):
 
 
 def test_kill_mid_run_then_resume_matches_uninterrupted(tmp_path):
-    from e2e import kill_and_resume, row_key
+    from e2e import kill_and_resume, row_key, samples_key
 
     reference, resumed, partial = kill_and_resume(spec(), tmp_path, setup="import tiny_registry",
                                                   min_batches=3, min_done=1, delay=0.15)
     assert 0 < len(partial) < len(reference)
     assert row_key(resumed) == row_key(reference)
+    # the per-sample values too: a condition resumed from saved batches stores what one pass stores
+    ref_samples = samples_key(tmp_path / "ref.db")
+    assert samples_key(tmp_path / "resumed.db") == ref_samples and len(ref_samples) == 2 * 4 * 2
     assert Store(tmp_path / "resumed.db").integrity_check() == "ok"
 
 
@@ -284,3 +287,33 @@ def test_another_batch_size_is_another_run(tmp_path):
     b = sb.evaluate(spec(batch_size=7), store=db)
     assert a[0]["run_id"] != b[0]["run_id"]
     assert key(a) == key(b)  # same numbers whatever the batching
+
+
+def test_every_condition_stores_its_per_sample_values_in_data_order(tmp_path):
+    """Each (model, condition) keeps per-sample values for every metric, ids in data order (a sample the
+    shift failed on under on_error: skip is absent from that condition only), and the contract's
+    statistic of them is the stored row value."""
+    run = spec(shifts=["clean", {"name": "_test_modeled", "severities": [2], "params": {"fail_on": "img013"}}],
+               on_error="skip", batch_size=7)
+    rows = sb.evaluate(run, store=tmp_path / "r.db")
+    store = Store(tmp_path / "r.db")
+    samples = store.samples(rows[0]["run_id"])
+    values = {(r["model"], r["shift"], r["metric"]): r["value"] for r in rows}
+    assert {(s["model"], s["shift"], s["metric"]) for s in samples} == set(values)
+    data = TinyDataset()
+    ids = [str(data.load(i).id) for i in range(len(data))]
+    from sample_statistic import statistic
+
+    for s in samples:
+        expected_ids = ids if s["shift"] == "clean" else [i for i in ids if i != "img013"]
+        assert s["ids"] == expected_ids
+        assert s["kind"] == {"top1": "mean", "ece": "ece:15"}[s["metric"]]
+        assert statistic(s["kind"], s["values"]) == pytest.approx(values[(s["model"], s["shift"], s["metric"])],
+                                                                  abs=1e-9)
+    # the top-1 hits are the model's own answers on those images, image by image
+    model = sb.create_model("dummy_classifier", label_space=2)
+    logits = model.predict_logits([data.load(i).image for i in range(len(data))])
+    labels = np.array([data.load(i).label for i in range(len(data))])
+    clean = next(s for s in samples if s["shift"] == "clean" and s["metric"] == "top1"
+                 and s["model"] == "dummy_classifier(label_space=2)")
+    np.testing.assert_array_equal(clean["values"], (logits.argmax(1) == labels).astype(float))

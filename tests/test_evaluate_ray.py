@@ -60,6 +60,8 @@ def store_content(db: Path) -> dict[str, list]:
                                   con.execute("SELECT condition_id, sample_id, prediction FROM predictions")),
             "artifacts": sorted((key, bytes(data), meta) for key, data, meta in
                                 con.execute("SELECT key, data, meta FROM artifacts")),
+            "samples": sorted((cond[c], metric, kind, ids, bytes(data)) for c, metric, kind, ids, data in
+                              con.execute("SELECT condition_id, metric, kind, ids, data FROM samples")),
         }
     finally:
         con.close()
@@ -84,6 +86,8 @@ def test_classification_store_equals_the_local_engines_for_any_shard_size(ray_cl
         rows = sb.evaluate(spec(), store=db, engine="ray", shard_size=shard_size)
         assert [r["value"] for r in rows] == [r["value"] for r in local]
         assert_same_store(tmp_path / "local.db", db)
+    # every (model, condition) keeps its per-sample values (top1 and ece), equal byte for byte
+    assert len(store_content(tmp_path / "local.db")["samples"]) == 2 * 4 * 2
 
 
 def test_segmentation_on_voc_equals_the_local_engine(ray_cluster, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 
 import tiny_hub
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
-from e2e import kill_and_resume, row_key
+from e2e import kill_and_resume, row_key, samples_key
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.engine.store import Store
 from test_datasets_readers import make_cirr, write_image
@@ -51,6 +51,8 @@ def test_ray_rows_equal_local_rows(cirr, ray_cluster, tmp_path, one_thread, para
             return sorted((p["model"], p["shift"], p["severity"], p["sample_id"], p["prediction"]["rank"],
                            tuple(p["prediction"]["top"])) for p in store.predictions(rows[0]["run_id"]))
         assert preds(a, ray_rows) == preds(b, local) and len(preds(a, ray_rows)) == 2 * 4 * 2
+    ray_samples = samples_key(tmp_path / "ray.db")
+    assert ray_samples == samples_key(tmp_path / "local.db") and ray_samples
 
 
 def test_ray_driver_killed_mid_run_resumes(ray_cluster, tmp_path):
@@ -65,6 +67,7 @@ def test_ray_driver_killed_mid_run_resumes(ray_cluster, tmp_path):
     ref, resumed, partial = kill_and_resume(spec, tmp_path, setup=setup, models=fake_retrievers(), min_batches=1,
                                             min_done=1, delay=0.3)
     assert 0 < len(partial) < len(ref) and row_key(resumed) == row_key(ref)
+    assert samples_key(tmp_path / "resumed.db") == samples_key(tmp_path / "ref.db") != []
 
 
 def test_ray_with_retriever_objects_and_a_user_shift(ray_cluster, tmp_path):

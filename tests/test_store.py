@@ -148,3 +148,63 @@ def test_reading_a_missing_store_does_not_create_it(tmp_path):
     with pytest.raises(StoreError, match="store not found"):
         Store(tmp_path / "none.db", create=False)
     assert not (tmp_path / "none.db").exists()
+
+
+def test_per_sample_values_round_trip_with_their_condition(tmp_path):
+    import numpy as np
+
+    store = Store(tmp_path / "r.db")
+    run = store.start_run({"dataset": "d"}, seed=0)
+    cid = store.condition(run, ConditionKey("m", "d", "noise", {"k": 1}, 2))
+    hits = np.array([1.0, 0.0, 1.0])
+    iou = np.arange(3 * 2 * 4, dtype=np.float64).reshape(3, 2, 4) / 7
+    assert store.finish_condition(cid, {"top1": (2 / 3, 3), "miou": (0.5, 3)},
+                                  samples={"top1": ("mean", ["a", "b", "c"], hits),
+                                           "miou": ("iou", ["a", "b", "c"], iou)})
+    got = store.samples(run)
+    assert [(s["metric"], s["kind"], s["ids"]) for s in got] == [("miou", "iou", ["a", "b", "c"]),
+                                                                  ("top1", "mean", ["a", "b", "c"])]
+    assert {k: got[1][k] for k in ("model", "dataset", "shift", "params", "severity")} == {
+        "model": "m", "dataset": "d", "shift": "noise", "params": {"k": 1}, "severity": 2}
+    np.testing.assert_array_equal(got[0]["values"], iou)  # bit for bit, shape kept
+    np.testing.assert_array_equal(got[1]["values"], hits)
+    assert got[0]["values"].dtype == np.float64
+    other = store.start_run({"dataset": "e"}, seed=0)
+    assert store.samples(other) == []
+
+
+def test_per_sample_values_are_written_with_the_results_or_not_at_all(tmp_path):
+    import numpy as np
+
+    store = Store(tmp_path / "r.db")
+    run = store.start_run({"dataset": "d"}, seed=0)
+    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    with pytest.raises(StoreError, match="2 sample ids for 3 values"):
+        store.finish_condition(cid, {"top1": (1.0, 3)}, samples={"top1": ("mean", ["a", "b"], np.ones(3))})
+    with pytest.raises(ValueError):  # fails inside the transaction: the results roll back with it
+        store.finish_condition(cid, {"top1": (1.0, 1)}, samples={"top1": ("mean", ["a"], ["not a number"])})
+    assert store.rows(run) == [] and not store.is_done(cid) and store.samples(run) == []
+
+
+def test_a_store_made_before_per_sample_values_opens_and_has_none(tmp_path):
+    import numpy as np
+
+    db = tmp_path / "old.db"
+    store = Store(db)
+    run = store.start_run({"dataset": "d"}, seed=0)
+    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    store.finish_condition(cid, {"top1": (0.5, 2)})
+    store.close()
+    with sqlite3.connect(db) as con:  # as an older shiftbench left it
+        con.execute("DROP TABLE samples")
+    os.chmod(db, 0o444)
+    try:
+        with Store(db) as old:  # read-only: readable as it is, with no per-sample values
+            assert old.samples(run) == [] and len(old.rows(run)) == 1
+    finally:
+        os.chmod(db, 0o644)
+    with Store(db) as old:  # writable: the table is added, and new conditions keep their values
+        assert old.samples(run) == []
+        cid2 = old.condition(run, ConditionKey("m", "d", "noise", {}, 1))
+        old.finish_condition(cid2, {"top1": (1.0, 1)}, samples={"top1": ("mean", ["a"], np.ones(1))})
+        assert [s["shift"] for s in old.samples(run)] == ["noise"]

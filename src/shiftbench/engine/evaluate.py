@@ -48,6 +48,7 @@ STATE_FORMAT_KEY = "__state_format__"
 STATE_FORMAT = "batch-merge/1"
 COUNT_KEY = "__n__"  # samples scored in the batch (fewer than its size when a shift failed on one, on_error: skip)
 SKIPPED_KEY = "__skipped__"  # [[sample id, reason], ...] left out of the batch
+IDS_KEY = "__ids__"  # ids of the samples scored in the batch, in data order (the per-sample values' ids)
 SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
 DEFAULT_SHARD = 256  # samples per unit of the ray engine (rounded down to whole batches, at least one)
 
@@ -464,6 +465,7 @@ class _Runner:
         states: dict[str, Any] = {name: encode_state(parts[name].state_dict()) for name in metric_names}
         states[STATE_FORMAT_KEY] = STATE_FORMAT
         states[COUNT_KEY] = len(samples)
+        states[IDS_KEY] = [str(s.id) for s in samples]
         if skipped:
             states[SKIPPED_KEY] = [list(item) for item in skipped]
         return _Scored(label, b, states, predictions, len(samples), list(skipped), parts)
@@ -480,6 +482,7 @@ class _Runner:
         for name, merger in restored.mergers.items():
             merger.add(scored.batch, parts[name])
         restored.saved.add(scored.batch)
+        restored.ids[scored.batch] = scored.states.get(IDS_KEY)
         restored.n += scored.n
         restored.skipped.extend(scored.skipped)
 
@@ -529,6 +532,7 @@ class _Runner:
                 part.load_state_dict(decode_state(state[name]))
                 restored.mergers[name].add(b, part)
             restored.saved.add(b)
+            restored.ids[b] = state.get(IDS_KEY)  # None in a batch saved before ids were kept
             # a batch saved before counts were kept is a full one (nothing could be skipped then)
             full = min(batch, self._n_samples - b * batch)
             restored.n += int(state.get(COUNT_KEY, full))
@@ -536,12 +540,18 @@ class _Runner:
         return restored
 
     def _finish_restored(self, model, metric_names: list[str], cid: int, restored: "_Restored", n_batches: int) -> None:
+        batch_ids = [restored.ids.get(b) for b in range(n_batches)]
+        ids = None if any(i is None for i in batch_ids) else [sid for part in batch_ids for sid in part]
         self._finish(model, metric_names, cid, restored.n,
-                     {name: merger.result(n_batches) for name, merger in restored.mergers.items()}, restored.skipped)
+                     {name: merger.result(n_batches) for name, merger in restored.mergers.items()}, restored.skipped,
+                     ids=ids)
 
     def _finish(self, model, metric_names: list[str], cid: int, n: int, metrics: dict[str, Any],
-                skipped: Sequence[tuple[str, str]] = ()) -> None:
+                skipped: Sequence[tuple[str, str]] = (), ids: list[str] | None = None) -> None:
+        """Write a condition's rows and, when the sample ids are known (``ids``, in data order), each
+        metric's per-sample values, in one transaction."""
         results: dict[str, Any] = {}
+        samples: dict[str, tuple[str, list[str], Any]] = {}
         for name in metric_names:
             metric = metrics[name]
             values = metric.compute()
@@ -558,7 +568,29 @@ class _Runner:
                 if value is None and hasattr(metric, "undefined_reason"):
                     info["undefined"] = metric.undefined_reason(key)  # stored as NULL, the reason beside it
                 results[key] = (None if value is None or not np.isfinite(value) else float(value), n, info)
-        self.store.finish_condition(cid, results, n=n)
+            if ids is not None:
+                samples.update(sample_records(metric, ids, f"condition {cid}"))
+        self.store.finish_condition(cid, results, n=n, samples=samples)
+
+
+def sample_records(metric: Any, ids: Sequence[str], where: str = "") -> dict[str, tuple[str, list[str], np.ndarray]]:
+    """A metric's per-sample values paired with the sample ids (data order) for ``Store.finish_condition``:
+    row metric -> (kind, ids, values). Rows of NaN (a query without a subset) go together with their ids.
+    A metric whose records do not line up with the ids (states saved by an older shiftbench) gives
+    nothing, said once in the log, rather than values paired with the wrong samples."""
+    per_sample = metric.per_sample() if hasattr(metric, "per_sample") else {}
+    out: dict[str, tuple[str, list[str], np.ndarray]] = {}
+    for key, (kind, values) in per_sample.items():
+        values = np.asarray(values, dtype=np.float64)
+        if len(values) != len(ids):
+            log.warning(f"{where}: {key}: {len(values)} per-sample values for {len(ids)} samples; "
+                        f"not stored (the report shows its n only)")
+            continue
+        if not len(values):
+            continue
+        scored = ~np.isnan(values.reshape(len(values), -1)).any(axis=1)
+        out[key] = (kind, [str(i) for i, keep in zip(ids, scored) if keep], values[scored])
+    return out
 
 
 # -- units of the ray engine ----------------------------------------------------------------------
@@ -570,10 +602,12 @@ class _Restored:
     saved: set = None  # type: ignore[assignment]
     n: int = 0
     skipped: list = None  # type: ignore[assignment]
+    ids: dict = None  # type: ignore[assignment]  # batch -> ids of its scored samples (None: not saved)
 
     def __post_init__(self) -> None:
         self.saved = set() if self.saved is None else self.saved
         self.skipped = [] if self.skipped is None else self.skipped
+        self.ids = {} if self.ids is None else self.ids
 
 
 @dataclass

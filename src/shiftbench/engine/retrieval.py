@@ -32,7 +32,8 @@ from .evaluate import Condition
 from .store import ConditionKey, Store
 
 __all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
-           "validate_queries", "GalleryCache", "score_batch", "merge_batches"]
+           "validate_queries", "GalleryCache", "score_batch", "merge_batches",
+           "merge_samples"]
 
 TOPK_LOGGED = 10
 
@@ -375,6 +376,23 @@ def merge_batches(setup: RetrievalSetup, states: dict[int, dict[str, Any]]) -> d
     return _results(setup.metric_names, ranks, sub, setup.categories, len(ranks))
 
 
+def merge_samples(setup: RetrievalSetup, states: dict[int, dict[str, Any]]) -> dict[str, tuple]:
+    """A condition's per-sample values (row metric -> (kind, query ids, values)) from its batches' states,
+    merged in batch order: the batches cover the queries in order, so their ids are the setup's."""
+    from .evaluate import sample_records
+
+    order = sorted(states)
+    ranks = [r for b in order for r in states[b]["ranks"]]
+    sub = [r for b in order for r in states[b]["subset_ranks"]]
+    ids = setup.query_ids[:len(ranks)]
+    out: dict[str, tuple] = {}
+    for name in setup.metric_names:
+        metric = METRICS.create(name)
+        metric.update({"ranks": ranks, "subset_ranks": sub})
+        out.update(sample_records(metric, ids, f"retrieval {name}"))
+    return out
+
+
 class _Finisher:
     """Writes a finished (retriever, condition): a shifted condition's gammas need that retriever's clean
     values, so it is held until its clean condition is finished (units may finish out of order)."""
@@ -385,29 +403,30 @@ class _Finisher:
         self.clean_values = clean_values
         clean = [i for i, c in enumerate(conditions) if c.shift_name == "clean"]
         self.clean_ci = clean[0] if clean else None
-        self.held: dict[str, list[tuple[int, dict]]] = {}
+        self.held: dict[str, list[tuple[int, dict, dict]]] = {}
 
     def _clean_pending(self, m: str) -> bool:
         return self.clean_ci is not None and not self.store.is_done(self.cids[(m, self.clean_ci)])
 
     def complete(self, m: str, ci: int, states: dict[int, dict[str, Any]]) -> None:
         results = merge_batches(self.setup, states)
+        samples = merge_samples(self.setup, states)
         if self.conditions[ci].shift_name == "clean":
             self.clean_values[m] = {k: v[0] for k, v in results.items()}
-            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
-            for hci, hresults in self.held.pop(m, []):
+            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries, samples=samples)
+            for hci, hresults, hsamples in self.held.pop(m, []):
                 hresults.update(_gammas(hresults, self.clean_values.get(m)))
-                self.store.finish_condition(self.cids[(m, hci)], hresults, n=self.setup.n_queries)
+                self.store.finish_condition(self.cids[(m, hci)], hresults, n=self.setup.n_queries, samples=hsamples)
         elif self._clean_pending(m):
-            self.held.setdefault(m, []).append((ci, results))
+            self.held.setdefault(m, []).append((ci, results, samples))
         else:
             results.update(_gammas(results, self.clean_values.get(m)))
-            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
+            self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries, samples=samples)
 
     def close(self) -> None:
         for m, items in self.held.items():  # only when the clean condition never finished (cannot happen)
-            for ci, results in items:
-                self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries)
+            for ci, results, samples in items:
+                self.store.finish_condition(self.cids[(m, ci)], results, n=self.setup.n_queries, samples=samples)
         self.held.clear()
 
 

@@ -76,6 +76,14 @@ CREATE TABLE IF NOT EXISTS artifacts (
     meta TEXT,
     PRIMARY KEY (run_id, key)
 );
+CREATE TABLE IF NOT EXISTS samples (
+    condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
+    metric TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    ids TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (condition_id, metric)
+);
 CREATE TABLE IF NOT EXISTS predictions (
     condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
     sample_id TEXT NOT NULL,
@@ -83,6 +91,30 @@ CREATE TABLE IF NOT EXISTS predictions (
     PRIMARY KEY (condition_id, sample_id)
 );
 """
+
+
+# added after schema 1 was released: stores made before it get the table when next opened for writing
+# (and simply hold no per-sample values); a read-only older store reads as having none
+_SAMPLES_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS samples"):].split(";")[0]
+
+
+def _npy_bytes(values: Any) -> bytes:
+    """``values`` as float64 ``.npy`` bytes (np.save, no pickles)."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(values, dtype=np.float64), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _npy_array(data: bytes) -> Any:
+    import io
+
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def canonical_json(value: Any) -> str:
@@ -178,7 +210,7 @@ class Store:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         current = self._marker(conn) == SCHEMA_VERSION
-        if current and self._has_identity(conn):
+        if current and self._has_identity(conn) and self._has_samples(conn):
             self._pragmas(conn)  # the common case: an existing store, nothing to write
             return
         deadline = time.monotonic() + self._timeout
@@ -223,6 +255,10 @@ class Store:
         return None if row is None else str(row[0])
 
     @staticmethod
+    def _has_samples(conn: sqlite3.Connection) -> bool:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'samples'").fetchone() is not None
+
+    @staticmethod
     def _has_identity(conn: sqlite3.Connection) -> bool:
         return any(r[1] == "identity_json" for r in conn.execute("PRAGMA table_info(runs)"))
 
@@ -244,6 +280,7 @@ class Store:
             raise StoreError(f"{self.path}: store schema {row[0]} is not supported (this version reads {SCHEMA_VERSION})")
         if not self._has_identity(conn):  # a store written before run identities: add the column
             conn.execute("ALTER TABLE runs ADD COLUMN identity_json TEXT")
+        conn.execute(_SAMPLES_TABLE)  # a store written before per-sample values: add the (empty) table
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -446,12 +483,19 @@ class Store:
             conn.execute("DELETE FROM predictions WHERE condition_id = ?", (condition_id,))
         return int(dropped)
 
-    def finish_condition(self, condition_id: int, results: dict[str, Any], n: int | None = None) -> bool:
+    def finish_condition(self, condition_id: int, results: dict[str, Any], n: int | None = None,
+                         samples: dict[str, tuple[str, list[str], Any]] | None = None) -> bool:
         """Write a condition's metric values and mark it done, in one transaction.
 
-        ``results`` maps metric -> (value, n) or (value, n, extra). Returns False when another
-        writer had already finished it (nothing written).
+        ``results`` maps metric -> (value, n) or (value, n, extra). ``samples`` maps a row metric to
+        (kind, sample ids, values): the per-sample values behind it, ids in data order, ``values`` an
+        array whose first axis runs over the ids (stored as float64 ``.npy`` bytes). Returns False when
+        another writer had already finished it (nothing written).
         """
+        for metric, (kind, ids, values) in (samples or {}).items():
+            if len(ids) != len(values):
+                raise StoreError(f"{self.path}: condition {condition_id}, {metric}: {len(ids)} sample ids "
+                                 f"for {len(values)} values")
         with self._write() as conn:
             row = conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
             if row is None:
@@ -467,6 +511,11 @@ class Store:
                     (condition_id, metric, None if value is None else float(value), int(count),
                      None if extra is None else canonical_json(extra)),
                 )
+            conn.executemany(
+                "INSERT INTO samples (condition_id, metric, kind, ids, data) VALUES (?, ?, ?, ?, ?)",
+                [(condition_id, metric, kind, json.dumps([str(i) for i in ids], separators=(",", ":")),
+                  sqlite3.Binary(_npy_bytes(values))) for metric, (kind, ids, values) in (samples or {}).items()],
+            )
             conn.execute(
                 "UPDATE conditions SET status = 'done', n = ?, finished = ? WHERE condition_id = ?",
                 (n if n is not None else (max(counts) if counts else 0), time.time(), condition_id),
@@ -505,6 +554,22 @@ class Store:
         return [
             {**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])} for r in rows
         ]
+
+    def samples(self, run_id: str) -> list[dict[str, Any]]:
+        """The per-sample values of a run, one dict per (condition, metric) that has them:
+        ``model, dataset, shift, params, severity, metric, kind, ids, values`` (docs/metrics.md,
+        "Per-sample values"). A store written before they were kept has none: ``[]``."""
+        if not self._has_samples(self._conn):
+            return []
+        rows = self._conn.execute(
+            "SELECT c.model, c.dataset, c.shift, c.params, c.severity, s.metric, s.kind, s.ids, s.data"
+            " FROM samples s JOIN conditions c ON s.condition_id = c.condition_id WHERE c.run_id = ?"
+            " ORDER BY c.condition_id, s.metric",
+            (run_id,),
+        ).fetchall()
+        return [{"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": json.loads(r["params"]),
+                 "severity": int(r["severity"]), "metric": r["metric"], "kind": r["kind"],
+                 "ids": json.loads(r["ids"]), "values": _npy_array(bytes(r["data"]))} for r in rows]
 
     def put_artifact(self, run_id: str, key: str, data: bytes, meta: Any = None) -> None:
         """Store a small binary artifact of a run (e.g. a sample thumbnail for the report's grids)."""

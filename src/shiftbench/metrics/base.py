@@ -36,6 +36,13 @@ How the runner uses a metric (the whole contract)
   runner saves each batch's ``state_dict()`` alone and merges them; ``merge_state(state)`` merges a
   saved ``state_dict``. Sums of floats are kept exact (:func:`exact_add`), so the grouping of the
   parts cannot change a rounding.
+- ``per_sample() -> dict[str, (kind, values)]``: the per-sample records behind each row value, in data
+  order, for the report's confidence intervals (contract: ``kind`` says how the row value is computed
+  from ``values``: ``"mean"``, ``"ratio"``, ``"iou"``, ``"ece:B"``; see docs/metrics.md). The records
+  live in the metric's state (so saved batches, shards and workers keep them) and merge in order. A
+  metric without per-sample data gives ``{}``; so does one whose records do not cover every sample
+  seen (states saved by an older shiftbench). Rows of NaN are samples the row does not score (a query
+  without a subset for ``R_subset@K``): the runner leaves them out together with their ids.
 
 ``check_task(metric, model)`` raises :class:`ShiftbenchError` when a metric does not fit a model's task.
 Robustness summaries (drops, gamma, CE, mCE) are pure functions in :mod:`shiftbench.metrics.robustness`:
@@ -127,6 +134,10 @@ class Metric:
 
     def state(self) -> dict[str, Any]:
         """Extra JSON-serialisable data beyond ``compute`` (empty unless a metric has some)."""
+        return {}
+
+    def per_sample(self) -> dict[str, tuple[str, "Any"]]:
+        """Row metric name -> (kind, float64 values in data order); ``{}`` without per-sample data."""
         return {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -119,17 +119,26 @@ class TopK(_ClassificationMetric):
     def reset(self) -> None:
         self.n = 0
         self._correct = 0
+        self._hits: list[int] = []  # 1/0 per sample, in data order (the report's bootstrap)
 
     def update(self, predictions: Any, targets: Any) -> None:
         correct = topk_correct(predictions, targets, self.k)
         self._correct += int(correct.sum())
+        self._hits.extend(correct.astype(np.int64).tolist())
         self.n += int(correct.size)
 
     def merge(self, other: "TopK") -> "TopK":
         self.check_mergeable(other)
         self._correct += other._correct
+        self._hits = self._hits + list(other._hits)
         self.n += other.n
         return self
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``mean`` of the hits (1.0 when the label is in the top k)."""
+        if not self.n or len(self._hits) != self.n:
+            return {}
+        return {self.name: ("mean", np.asarray(self._hits, dtype=np.float64))}
 
     def compute(self) -> dict[str, float]:
         return {self.name: self._correct / self.n if self.n else float("nan")}
@@ -179,6 +188,9 @@ class ECE(_ClassificationMetric):
         self._counts = np.zeros(self.n_bins)
         self._conf: list[list[float]] = [[] for _ in range(self.n_bins)]
         self._acc = np.zeros(self.n_bins)
+        # per sample, in data order: top-1 confidence and whether the top-1 class is right
+        self._confidence: list[float] = []
+        self._right: list[int] = []
 
     def update(self, predictions: Any, targets: Any) -> None:
         scores, labels = _check(predictions, targets)
@@ -186,10 +198,12 @@ class ECE(_ClassificationMetric):
         confidence = probs.max(axis=1)
         index = bin_index(confidence, self.n_bins)
         self._counts += np.bincount(index, minlength=self.n_bins)
-        self._acc += np.bincount(index, weights=(probs.argmax(axis=1) == labels).astype(np.float64),
-                                 minlength=self.n_bins)
+        right = probs.argmax(axis=1) == labels
+        self._acc += np.bincount(index, weights=right.astype(np.float64), minlength=self.n_bins)
         for b in np.unique(index).tolist():
             self._conf[b] = exact_add(self._conf[b], confidence[index == b].tolist())
+        self._confidence.extend(confidence.tolist())
+        self._right.extend(right.astype(np.int64).tolist())
         self.n += len(labels)
 
     def merge(self, other: "ECE") -> "ECE":
@@ -197,8 +211,17 @@ class ECE(_ClassificationMetric):
         self._counts = self._counts + other._counts
         self._acc = self._acc + other._acc
         self._conf = [exact_add(a, b) for a, b in zip(self._conf, other._conf)]
+        self._confidence = self._confidence + list(other._confidence)
+        self._right = self._right + list(other._right)
         self.n += other.n
         return self
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``ece:B``: (confidence, correct) per sample, binned like :func:`bin_index` with B bins."""
+        if not self.n or len(self._confidence) != self.n or len(self._right) != self.n:
+            return {}
+        values = np.stack([np.asarray(self._confidence, np.float64), np.asarray(self._right, np.float64)], axis=1)
+        return {self.name: (f"ece:{self.n_bins}", values)}
 
     def _confidence_sums(self) -> np.ndarray:
         return np.array([exact_value(p) for p in self._conf])

@@ -88,13 +88,19 @@ class _RankMetric(Metric):
     def reset(self) -> None:
         self.n = 0
         self.ranks: list[int] = []
+        # queries seen, ranked or not, and the positions among them of those without a rank (no subset):
+        # per_sample lines its values up with every query the runner passed, NaN where unranked
+        self._seen = 0
+        self._unranked: list[int] = []
 
     def update(self, predictions: Any, targets: Any = None) -> None:
         """``predictions``: a dict with ``ranks`` and ``subset_ranks`` (None where a query has no subset)."""
-        values = predictions[self.field] if isinstance(predictions, dict) else predictions
-        values = [int(r) for r in values if r is not None]
+        given = list(predictions[self.field] if isinstance(predictions, dict) else predictions)
+        values = [int(r) for r in given if r is not None]
         if any(r < 1 for r in values):
             raise ShiftbenchError(f"{self.name}: ranks are 1-based, got {min(values)}")
+        self._unranked.extend(self._seen + i for i, r in enumerate(given) if r is None)
+        self._seen += len(given)
         self.ranks.extend(values)
         self.n += len(values)
 
@@ -102,8 +108,21 @@ class _RankMetric(Metric):
         """Ranks of the parts, in order: concatenation is associative and [] is its identity."""
         self.check_mergeable(other)
         self.ranks = self.ranks + list(other.ranks)
+        self._unranked = self._unranked + [self._seen + i for i in other._unranked]
+        self._seen += other._seen
         self.n += other.n
         return self
+
+    def _per_query(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per rank) spread over every query seen, NaN for those without a rank."""
+        out = np.full(self._seen, np.nan)
+        ranked = np.ones(self._seen, bool)
+        ranked[np.asarray(self._unranked, np.int64)] = False
+        out[ranked] = values
+        return out
+
+    def _records_complete(self) -> bool:
+        return bool(self.n) and self._seen == self.n + len(self._unranked) and len(self.ranks) == self.n
 
     def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
         self.update(outputs)
@@ -118,6 +137,13 @@ class Recall(_RankMetric):
     def compute(self) -> dict[str, float]:
         return recall_at_k(self.ranks, RECALL_KS)
 
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``R@K``: ``mean`` of the hits (1.0 when the target ranks within K) per query."""
+        if not self._records_complete():
+            return {}
+        ranks = np.asarray(self.ranks, np.int64)
+        return {f"R@{k}": ("mean", self._per_query((ranks <= k).astype(np.float64))) for k in RECALL_KS}
+
 
 class RecallSubset(_RankMetric):
     """Recall_subset@K within each query's subset gallery, K = 1, 2, 3 (``R_subset@K``)."""
@@ -129,6 +155,13 @@ class RecallSubset(_RankMetric):
     def compute(self) -> dict[str, float]:
         return recall_at_k(self.ranks, SUBSET_KS, prefix="R_subset")
 
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``R_subset@K``: ``mean`` of the hits per query with a subset (NaN rows: queries without one)."""
+        if not self._records_complete():
+            return {}
+        ranks = np.asarray(self.ranks, np.int64)
+        return {f"R_subset@{k}": ("mean", self._per_query((ranks <= k).astype(np.float64))) for k in SUBSET_KS}
+
 
 class RankStats(_RankMetric):
     """Mean and median rank of the target (``mean_rank``, ``median_rank``; lower is better)."""
@@ -138,3 +171,9 @@ class RankStats(_RankMetric):
 
     def compute(self) -> dict[str, float]:
         return rank_summary(self.ranks)
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``mean_rank``: ``mean`` of the ranks (the median has no per-sample statistic of these kinds)."""
+        if not self._records_complete():
+            return {}
+        return {"mean_rank": ("mean", self._per_query(np.asarray(self.ranks, np.float64)))}

@@ -97,6 +97,12 @@ class MeanIoU(Metric):
     def reset(self) -> None:
         self.n = 0
         self._cm = None if self.num_classes is None else np.zeros((self.num_classes, self.num_classes), np.int64)
+        # per image, in data order, sparse: the classes present in its target or prediction (union > 0)
+        # with their intersection and union pixel counts (the report's bootstrap; summed, they give the
+        # confusion matrix's diagonal and unions exactly)
+        self._img_classes: list[list[int]] = []
+        self._img_inter: list[list[int]] = []
+        self._img_union: list[list[int]] = []
 
     def use_num_classes(self, num_classes: int) -> None:
         """Size the confusion matrix for a label space of ``num_classes`` slots (clears any state)."""
@@ -115,15 +121,35 @@ class MeanIoU(Metric):
             if self._cm is None:
                 raise ShiftbenchError("miou needs the size of the label space: MeanIoU(num_classes=...) "
                                       "(the runner sets it from the model's label space)")
-            self._cm += confusion_matrix(pred, np.asarray(tgt).astype(np.int64), self._cm.shape[0], self.ignore_index)
+            cm = confusion_matrix(pred, np.asarray(tgt).astype(np.int64), self._cm.shape[0], self.ignore_index)
+            self._cm += cm
+            tp = np.diag(cm)
+            union = cm.sum(axis=0) + cm.sum(axis=1) - tp
+            present = np.flatnonzero(union > 0)
+            self._img_classes.append(present.tolist())
+            self._img_inter.append(tp[present].tolist())
+            self._img_union.append(union[present].tolist())
             self.n += 1
 
     def merge(self, other: "MeanIoU") -> "MeanIoU":
         self.check_mergeable(other)
         if other._cm is not None:
             self._cm = other._cm.copy() if self._cm is None else self._cm + other._cm
+        self._img_classes = self._img_classes + list(other._img_classes)
+        self._img_inter = self._img_inter + list(other._img_inter)
+        self._img_union = self._img_union + list(other._img_union)
         self.n += other.n
         return self
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``iou``: (n, 2, C) intersection and union pixels per image and class (dense, from the sparse state)."""
+        if self._cm is None or not self.n or len(self._img_classes) != self.n:
+            return {}
+        values = np.zeros((self.n, 2, self._cm.shape[0]), np.float64)
+        for i, (classes, inter, union) in enumerate(zip(self._img_classes, self._img_inter, self._img_union)):
+            values[i, 0, classes] = inter
+            values[i, 1, classes] = union
+        return {self.name: ("iou", values)}
 
     def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
         targets = [s.meta.get("segmentation", s.mask) for s in samples]
@@ -161,6 +187,7 @@ class ForegroundIoU(Metric):
         self._sum: list[float] = []  # exact sum of the per-image IoUs (base.exact_add)
         self._inter = 0
         self._union = 0
+        self._ious: list[float] = []  # per image, in data order (the report's bootstrap)
 
     def update(self, predictions: Sequence[Any], targets: Sequence[Any]) -> None:
         if len(predictions) != len(targets):
@@ -170,7 +197,9 @@ class ForegroundIoU(Metric):
             t = np.asarray(tgt).astype(bool) if np.asarray(tgt).dtype.kind != "f" else np.asarray(tgt) >= 0.5
             if p.shape != t.shape:
                 raise ShiftbenchError(f"prediction shape {p.shape} does not match target shape {t.shape}")
-            self._sum = exact_add(self._sum, [foreground_iou(p, t)])
+            iou = foreground_iou(p, t)
+            self._sum = exact_add(self._sum, [iou])
+            self._ious.append(iou)
             self._inter += int(np.logical_and(p, t).sum())
             self._union += int(np.logical_or(p, t).sum())
             self.n += 1
@@ -186,8 +215,15 @@ class ForegroundIoU(Metric):
         self._sum = exact_add(self._sum, other._sum)
         self._inter += other._inter
         self._union += other._union
+        self._ious = self._ious + list(other._ious)
         self.n += other.n
         return self
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``mean`` of the per-image IoUs (the row value averages images; the pooled IoU is ``state()``'s)."""
+        if not self.n or len(self._ious) != self.n:
+            return {}
+        return {self.name: ("mean", np.asarray(self._ious, np.float64))}
 
     def compute(self) -> dict[str, float]:
         return {self.name: exact_value(self._sum) / self.n if self.n else float("nan")}

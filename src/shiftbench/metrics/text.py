@@ -71,6 +71,7 @@ class TextSimilarity(Metric):
     def reset(self) -> None:
         self.n = 0
         self._sum: list[float] = []  # exact sum of the cosines (base.exact_add): merges round like one pass
+        self._cosines: list[float] = []  # per caption, in data order (the report's bootstrap)
 
     def update(self, predictions: Sequence[str], targets: Sequence[str]) -> None:
         if isinstance(predictions, str) or isinstance(targets, str):
@@ -83,6 +84,7 @@ class TextSimilarity(Metric):
         n = len(predictions)
         sims = cosine_similarity(embeddings[:n], embeddings[n:])
         self._sum = exact_add(self._sum, sims.tolist())
+        self._cosines.extend(sims.tolist())
         self.n += n
 
     def update_from_samples(self, outputs: Sequence[str], samples: Sequence[Any]) -> None:
@@ -94,8 +96,15 @@ class TextSimilarity(Metric):
     def merge(self, other: "TextSimilarity") -> "TextSimilarity":
         self.check_mergeable(other)
         self._sum = exact_add(self._sum, other._sum)
+        self._cosines = self._cosines + list(other._cosines)
         self.n += other.n
         return self
+
+    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``mean`` of the per-caption cosines."""
+        if not self.n or len(self._cosines) != self.n:
+            return {}
+        return {self.name: ("mean", np.asarray(self._cosines, np.float64))}
 
     def compute(self) -> dict[str, float]:
         return {self.name: exact_value(self._sum) / self.n if self.n else float("nan")}
