@@ -225,7 +225,8 @@ def test_cli_on_ray_is_quiet_resolves_relative_paths_and_a_failure_is_one_line(r
     failed = cli("evaluate", "--config", "spec.yaml", "--store", "f.db", "--engine", "ray", "--address",
                  ray_cluster["address"], cwd=tmp_path)
     assert failed.returncode == 2
-    assert failed.stderr.strip().splitlines() == [
+    # a slow machine may print a plain progress line (every 5 s without a terminal) before the error
+    assert [line for line in failed.stderr.strip().splitlines() if not line.startswith("evaluate: ")] == [
         "error: evaluate: shift '_test_modeled' (severity 1) failed on sample img004: RuntimeError: cannot paint img004"]
 
 
