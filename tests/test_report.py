@@ -99,7 +99,7 @@ def test_renders_in_headless_chromium(report_dir, tmp_path):
         page.goto((report_dir / "report.html").as_uri())
         page.wait_for_load_state("load")
         # tables are there and visible, with a value in each model's clean cell
-        cells = page.locator("table.results td")
+        cells = page.locator("table.results:not(.detail) td")
         assert cells.count() == 2 * 2 * 4  # (top1, ece) x (clean, noise) x (condition, 2 models, mean)
         assert page.locator("table.results").first.is_visible()
         first_row = page.locator("table.results").first.locator("tbody tr").first.inner_text()
