@@ -77,7 +77,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
         sections.append({"run": run, "rows": rows, "n": i + 1,
                          "headline": headline(rows, tables, preferred, unc),
-                         "tables": _table_views(tables, detail, main, f"run{i + 1}"),
+                         "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
                          "figures": figures, "grids": grids,
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
                          "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
@@ -204,12 +204,35 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
-def _cell_title(t: Table, row: str, model: str) -> str:
+def _sample_counts(rows: list[dict[str, Any]], per_severity: bool = False) -> dict[tuple[str, str, str], list[int]]:
+    """n of each stored condition, keyed like the table cells (metric, row label, model); the "mean"
+    column gets every model's. Counted from the rows so a cell averaged over severities shows the n of
+    one condition, not a sum."""
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows:
+        label = condition_label(r["shift"], r["params"])
+        if per_severity and r["shift"] != CLEAN:
+            label = f"{label} s{r['severity']}"
+        for model in (r["model"], "mean"):
+            counts.setdefault((r["metric"], label, model), []).append(int(r["n"]))
+    return counts
+
+
+def _n_text(ns: list[int] | None, mean: bool = False) -> str:
+    if not ns:
+        return "n not recorded"
+    lo, hi = min(ns), max(ns)
+    what = " per model and condition" if mean else (" per condition" if len(ns) > 1 else "")
+    return (f"n = {lo} samples" if lo == hi else f"n = {lo}–{hi} samples") + what
+
+
+def _cell_title(t: Table, row: str, model: str, counts: dict | None = None) -> str:
     """The tooltip of a results cell: its n always, its intervals and test when part STATS filled them."""
     cell = t.cells.get((row, model))
     if cell is None:
         return ""
-    parts = [f"n = {cell.n} samples" + (" per condition (per model)" if model == "mean" else "")]
+    ns = (counts or {}).get((t.metric, row, model)) or [cell.n]
+    parts = [_n_text(ns, model == "mean")]
     low, high = getattr(cell, "low", None), getattr(cell, "high", None)
     if low is not None and high is not None:
         parts.append(f"95% CI [{t.fmt(low)}, {t.fmt(high)}]")
@@ -224,7 +247,7 @@ def _cell_title(t: Table, row: str, model: str) -> str:
     return "; ".join(parts)
 
 
-def _cell_view(t: Table, row: str, model: str) -> dict[str, Any]:
+def _cell_view(t: Table, row: str, model: str, counts: dict | None = None) -> dict[str, Any]:
     cell = t.cells.get((row, model))
     text = t.text(row, model)
     cls = "mean" if model == "mean" else ""
@@ -234,19 +257,20 @@ def _cell_view(t: Table, row: str, model: str) -> dict[str, Any]:
             cls += " noise"
         elif cell.delta != 0:
             cls += " down" if (cell.delta < 0) == t.higher_is_better else " up"
-    return {"text": text, "title": _cell_title(t, row, model), "cls": cls.strip(),
+    return {"text": text, "title": _cell_title(t, row, model, counts), "cls": cls.strip(),
             "numeric": cell is not None and cell.value is not None}
 
 
-def _table_view(t: Table, tid: str, title_suffix: str = "") -> dict[str, Any]:
+def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None = None) -> dict[str, Any]:
     unit = " (%)" if t.percent else ""
     arrow = "↑" if t.higher_is_better else "↓"
+    # the clean condition's n per model heads its column (every cell's own n is in its tooltip)
     ns = {m: t.cells[(CLEAN, m)].n for m in t.models if (CLEAN, m) in t.cells}
     head = [{"text": m, "sub": f"n={ns[m]}" if m in ns else "", "title": f"n = {ns[m]} samples per condition"
              if m in ns else ""} for m in t.models]
     head.append({"text": "mean", "sub": "", "title": "mean over models"})
     rows = [{"label": row, "cls": "clean" if row == CLEAN else "",
-             "cells": [_cell_view(t, row, m) for m in t.columns()]} for row in t.rows]
+             "cells": [_cell_view(t, row, m, counts) for m in t.columns()]} for row in t.rows]
     shifted = [t.cells[(r, "mean")].delta for r in t.rows if r != CLEAN and (r, "mean") in t.cells
                and t.cells[(r, "mean")].delta is not None]
     gist = f"{len(t.rows)} conditions × {len(t.models)} model{'s' if len(t.models) != 1 else ''}"
@@ -258,17 +282,19 @@ def _table_view(t: Table, tid: str, title_suffix: str = "") -> dict[str, Any]:
             "head": head, "rows": rows}
 
 
-def _table_views(tables: list[Table], detail: list[Table], main: Table | None, prefix: str) -> list[dict[str, Any]]:
+def _table_views(tables: list[Table], detail: list[Table], main: Table | None, prefix: str,
+                 rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One view per metric (the headline metric's open, the others folded), each with its per-severity
     detail (folded) when a shift ran at several severities."""
     by_metric = {t.metric: t for t in detail}
     views = []
     for t in tables:  # natural order; the headline metric's table is open, the others fold
-        view = _table_view(t, f"{prefix}-t-{_slug(t.metric)}")
+        view = _table_view(t, f"{prefix}-t-{_slug(t.metric)}", counts=_sample_counts(rows or []))
         view["open"] = t is main
         d = by_metric.get(t.metric)
         if d is not None and len(d.rows) > len(t.rows):
-            view["detail"] = _table_view(d, f"{prefix}-t-{_slug(t.metric)}-sev", ", per severity")
+            view["detail"] = _table_view(d, f"{prefix}-t-{_slug(t.metric)}-sev", ", per severity",
+                                         counts=_sample_counts(rows or [], per_severity=True))
         views.append(view)
     return views
 
