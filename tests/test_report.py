@@ -215,8 +215,15 @@ def test_demo_like_report_in_chromium(demo_like, tmp_path):
         assert open_tables == ["top1", "R@10"]
         assert page.locator("table.results[data-metric='R@10']").is_visible()
         assert not page.locator("table.results[data-metric='R@1']").is_visible()
+        # sample grids: labels wrap between words only, and the grids fit the page with every section open
+        style = page.evaluate("(s => [s.overflowWrap, s.wordBreak, s.hyphens])(getComputedStyle(document.querySelector('table.grid th')))")
+        assert style == ["normal", "normal", "none"]
         shot = tmp_path / "report.png"
         page.screenshot(path=str(shot), full_page=True)
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        squeezed = page.evaluate("""Array.from(document.querySelectorAll('table.grid'))
+                                      .filter(t => t.parentElement.scrollWidth > t.parentElement.clientWidth + 1).length""")
+        assert squeezed == 0
         browser.close()
     height = Image.open(shot).size[1]
     print(f"\ndemo-like report: full-page screenshot {height} px tall at 1400 px wide")

@@ -500,7 +500,7 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
     columns = sorted(((s, pk, sev) for (s, pk), sev in best.items()), key=position)
     sample_ids = sorted({sid for cond in by_condition.values() for sid in cond})[:4]
     grids = []
-    per_grid = 7  # 7 columns of 150 px fit the page without squeezing labels
+    per_grid = 6  # six columns of 160 px fit the page without breaking a word of a label
     for start in range(0, len(columns), per_grid):
         cols = columns[start:start + per_grid]
         grid_rows = []
