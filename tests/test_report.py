@@ -284,12 +284,16 @@ def test_headline_numbers_are_the_rows(demo_like):
     hc = headline(cir, build_tables([r for r in cir if "[" not in r["metric"] and not r["metric"].startswith("gamma@")]),
                   ["recall", "recall_subset", "rank"])
     assert hc["metric"] == "R@10"
-    assert [c["head"] for c in hc["columns"]] == ["R@10 (%)", "mean of 1 corruption", "γ@10 image shifts, severity 5",
-                                                  "γ@10 text shifts, severity 3"]
+    assert [c["head"] for c in hc["columns"]] == ["R@10 (%)", "mean of 1 corruption", "mean of 1 other shift",
+                                                  "γ@10 image shifts, severity 5", "γ@10 text shifts, severity 3"]
     gamma = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "gamma@10"}
+    r10 = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "R@10"}
     for line in hc["rows"]:
-        assert line["cells"][2]["text"] == f"{gamma[(line['model'], 'gaussian_noise')]:.3f}"
-        assert line["cells"][3]["text"] == f"{gamma[(line['model'], 'text_swap')]:.3f}"
+        m = line["model"]
+        change = r10[(m, "text_swap")] - r10[(m, "clean")]
+        assert line["cells"][2]["text"] == f"{100 * r10[(m, 'text_swap')]:.1f} ({100 * change:+.1f})"
+        assert line["cells"][3]["text"] == f"{gamma[(m, 'gaussian_noise')]:.3f}"
+        assert line["cells"][4]["text"] == f"{gamma[(m, 'text_swap')]:.3f}"
 
 
 def test_metric_order_grids_and_figures_follow_the_tables(demo_like):
@@ -334,3 +338,46 @@ def test_metric_order_grids_and_figures_follow_the_tables(demo_like):
     assert columns == ["clean", "gaussian_noise s4", "fog s4", "background_color (color=red) s5", "object_only s5",
                        columns[5]] and columns[5].startswith("background_only")
     assert "overflow-wrap: normal; word-break: normal; hyphens: none" in html
+
+
+class _FakeUncertainty:
+    """Stands in for part STATS' report.stats.Uncertainty (same calls): fixed intervals, every
+    change "within noise", so the test sees where the report puts them."""
+
+    calls: list = []
+
+    def __init__(self, samples, seed=0, n_boot=1000, level=0.95):
+        assert samples and seed == 0
+        self.samples = samples
+
+    def has(self, model, metric):
+        return True
+
+    def annotate(self, table):
+        for cell in table.cells.values():
+            if cell.value is not None:
+                cell.low, cell.high, cell.noise, cell.p_value = cell.value - 0.05, cell.value + 0.05, True, 0.5
+                cell.delta_low, cell.delta_high = -0.1, 0.1
+
+    def aggregate(self, model, metric, conditions, against_clean=True):
+        _FakeUncertainty.calls.append((model, metric, tuple(c[0] for c in conditions)))
+        return {"value": 0.25, "low": 0.2, "high": 0.3, "n": 7, "delta": -0.01, "delta_low": -0.05,
+                "delta_high": 0.03, "p_value": 0.6, "noise": True}
+
+
+def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_path, monkeypatch):
+    from shiftbench.engine.store import Store
+    from shiftbench.report import build as build_mod
+
+    spec = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
+            "shifts": ["clean", {"name": "_test_noise", "severities": [2, 4]}], "metrics": ["top1"], "batch_size": 10}
+    sb.evaluate(spec, store=tmp_path / "r.db")
+    monkeypatch.setattr(build_mod, "Uncertainty", _FakeUncertainty)
+    monkeypatch.setattr(Store, "samples", lambda self, run_id: [{"metric": "top1"}], raising=False)
+    html = build_report(tmp_path / "r.db", tmp_path / "out").read_text()
+    # headline: the aggregate's value, CI line and noise mark; the call resamples the shift's two severities
+    assert "25.0 (-1.0) ≈<small>[20.0, 30.0]</small>" in html
+    assert _FakeUncertainty.calls == [("dummy_classifier", "top1", ("_test_noise", "_test_noise"))]
+    # results cells: CI, change CI and test in the tooltip, the mark in the text
+    assert re.search(r'class="noise" title="n = 20 samples per condition; 95% CI \[[0-9.]+, [0-9.]+\]; change 95% CI '
+                     r'\[-10.0, \+10.0\]; p = 0.5 against clean; ≈ within noise">[0-9.]+ \([-+][0-9.]+\) ≈<', html)

@@ -142,6 +142,12 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
     for fam in ("color", "material", "pattern", "style"):
         if fam in attributes:
             out.append(("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
+    # whatever no family claims still gets a column, so no shift of the run is missing from the headline
+    claimed = {id(r) for _, _, _, grows in out for r in grows}
+    rest = [r for r in mrows if id(r) not in claimed]
+    if rest:
+        k = len({(r["shift"], params_key(r["params"])) for r in rest})
+        out.append(("other shifts", "other", f"mean of {k} other shift{'s' if k != 1 else ''}", rest))
     return out
 
 
