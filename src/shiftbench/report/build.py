@@ -266,9 +266,12 @@ def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None 
     arrow = "↑" if t.higher_is_better else "↓"
     # the clean condition's n per model heads its column (every cell's own n is in its tooltip)
     ns = {m: t.cells[(CLEAN, m)].n for m in t.models if (CLEAN, m) in t.cells}
-    head = [{"text": m, "sub": f"n={ns[m]}" if m in ns else "", "title": f"n = {ns[m]} samples per condition"
-             if m in ns else ""} for m in t.models]
-    head.append({"text": "mean", "sub": "", "title": "mean over models"})
+    head = [{"text": m, "title": f"n = {ns[m]} samples per condition" if m in ns else ""} for m in t.models]
+    head.append({"text": "mean", "title": "mean over models"})
+    if ns and len(set(ns.values())) == 1:
+        n_line = f"n = {next(iter(ns.values()))} samples per condition and model (clean)"
+    else:
+        n_line = "n per condition (clean): " + ", ".join(f"{m} {v}" for m, v in ns.items()) if ns else ""
     rows = [{"label": row, "cls": "clean" if row == CLEAN else "",
              "cells": [_cell_view(t, row, m, counts) for m in t.columns()]} for row in t.rows]
     shifted = [t.cells[(r, "mean")].delta for r in t.rows if r != CLEAN and (r, "mean") in t.cells
@@ -279,7 +282,8 @@ def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None 
         worst = (min if t.higher_is_better else max)(shifted)
         gist += f", worst {t.fmt(worst, signed=True)}"
     return {"id": tid, "metric": t.metric, "title": f"{t.metric}{unit} {arrow}{title_suffix}", "gist": gist,
-            "head": head, "rows": rows}
+            "head": head, "rows": rows, "n_line": n_line,
+            "first_head": "condition, severity" if title_suffix else "condition"}
 
 
 def _table_views(tables: list[Table], detail: list[Table], main: Table | None, prefix: str,
