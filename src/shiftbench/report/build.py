@@ -19,7 +19,13 @@ import numpy as np
 
 from ..engine.store import Store
 from ..errors import ShiftbenchError
+from .headline import headline, headline_table, order_tables
 from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
+
+try:  # part STATS' bootstrap intervals; reports without them still build (the guard goes at merge)
+    from .stats import Uncertainty
+except ImportError:  # pragma: no cover - until report/stats.py lands
+    Uncertainty = None
 
 GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
 
@@ -44,26 +50,36 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
             quality = db.artifacts(run["run_id"], "quality/rows.json")
             skipped = db.artifacts(run["run_id"], "skipped.json")
             run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else []}
+            # per-sample values (bootstrap CIs) exist only in stores written since they were kept
+            samples = db.samples(run["run_id"]) if hasattr(db, "samples") else []
             loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
-                           json.loads(quality[0]["data"]) if quality else []))
+                           json.loads(quality[0]["data"]) if quality else [], samples))
     finally:
         db.close()
     if not loaded:
         raise ShiftbenchError(f"{store}: no run to report")
     out.mkdir(parents=True, exist_ok=True)
     sections = []
-    for i, (run, rows, predictions, thumbs, quality) in enumerate(loaded):
+    for i, (run, rows, predictions, thumbs, quality, samples) in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
         preferred = list(run["spec"].get("metrics") or [])
-        headline = [r for r in rows if _headline(r["metric"])]
-        tables = build_tables(headline, preferred)
-        detail = build_tables(headline, preferred, per_severity=True)
+        main_rows = [r for r in rows if _in_main_grid(r["metric"])]
+        tables = order_tables(build_tables(main_rows, preferred), preferred)
+        detail = order_tables(build_tables(main_rows, preferred, per_severity=True), preferred)
+        unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if Uncertainty is not None and samples else None
+        if unc is not None:
+            for t in tables + detail:
+                unc.annotate(t)
+        main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
         summaries = _summaries(out, rows, prefix, quality)
-        figures = _figures(headline, tables, out, prefix)
-        grids = _grids(thumbs, predictions)
-        sections.append({"run": run, "rows": rows, "tables": tables, "figures": figures, "grids": grids,
-                         "summaries": summaries, "spec_yaml": _yaml(run["spec"]),
+        figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
+        grids = _grids(thumbs, predictions, main.rows if main is not None else [])
+        sections.append({"run": run, "rows": rows, "n": i + 1,
+                         "headline": headline(rows, tables, preferred, unc),
+                         "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
+                         "figures": figures, "grids": grids,
+                         "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
                          "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
     html = _render(sections)
     path = out / "report.html"
@@ -73,7 +89,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     return path
 
 
-def _headline(metric: str) -> bool:
+def _in_main_grid(metric: str) -> bool:
     """Per-category recalls and gamma rows have their own summary tables; keep them out of the main grid."""
     return "[" not in metric and not metric.startswith("gamma@")
 
@@ -179,6 +195,134 @@ def _split_row(line: str) -> list[str]:
     inner = inner[1:] if inner.startswith("|") else inner
     inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
     return re.split(r"(?<!\\)\|", inner)
+
+
+# -- views: what the template renders, computed here so the template only lays it out ----------------
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def _sample_counts(rows: list[dict[str, Any]], per_severity: bool = False) -> dict[tuple[str, str, str], list[int]]:
+    """n of each stored condition, keyed like the table cells (metric, row label, model); the "mean"
+    column gets every model's. Counted from the rows so a cell averaged over severities shows the n of
+    one condition, not a sum."""
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows:
+        label = condition_label(r["shift"], r["params"])
+        if per_severity and r["shift"] != CLEAN:
+            label = f"{label} s{r['severity']}"
+        for model in (r["model"], "mean"):
+            counts.setdefault((r["metric"], label, model), []).append(int(r["n"]))
+    return counts
+
+
+def _n_text(ns: list[int] | None, mean: bool = False) -> str:
+    if not ns:
+        return "n not recorded"
+    lo, hi = min(ns), max(ns)
+    what = " per model and condition" if mean else (" per condition" if len(ns) > 1 else "")
+    return (f"n = {lo} samples" if lo == hi else f"n = {lo}–{hi} samples") + what
+
+
+def _cell_title(t: Table, row: str, model: str, counts: dict | None = None) -> str:
+    """The tooltip of a results cell: its n always, its intervals and test when part STATS filled them."""
+    cell = t.cells.get((row, model))
+    if cell is None:
+        return ""
+    ns = (counts or {}).get((t.metric, row, model)) or [cell.n]
+    parts = [_n_text(ns, model == "mean")]
+    low, high = getattr(cell, "low", None), getattr(cell, "high", None)
+    if low is not None and high is not None:
+        parts.append(f"95% CI [{t.fmt(low)}, {t.fmt(high)}]")
+    dlow, dhigh = getattr(cell, "delta_low", None), getattr(cell, "delta_high", None)
+    if row != CLEAN and dlow is not None and dhigh is not None:
+        parts.append(f"change 95% CI [{t.fmt(dlow, signed=True)}, {t.fmt(dhigh, signed=True)}]")
+    p = getattr(cell, "p_value", None)
+    if row != CLEAN and p is not None:
+        parts.append(f"p = {p:.3g} against clean")
+    if row != CLEAN and getattr(cell, "noise", None):
+        parts.append("≈ within noise")
+    return "; ".join(parts)
+
+
+def _cell_view(t: Table, row: str, model: str, counts: dict | None = None) -> dict[str, Any]:
+    cell = t.cells.get((row, model))
+    text = t.text(row, model)
+    cls = "mean" if model == "mean" else ""
+    if cell is not None and row != CLEAN and cell.delta is not None:
+        if getattr(cell, "noise", None):
+            text += " ≈"
+            cls += " noise"
+        elif cell.delta != 0:
+            cls += " down" if (cell.delta < 0) == t.higher_is_better else " up"
+    return {"text": text, "title": _cell_title(t, row, model, counts), "cls": cls.strip(),
+            "numeric": cell is not None and cell.value is not None}
+
+
+def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None = None) -> dict[str, Any]:
+    unit = " (%)" if t.percent else ""
+    arrow = "↑" if t.higher_is_better else "↓"
+    # the clean condition's n per model heads its column (every cell's own n is in its tooltip)
+    ns = {m: t.cells[(CLEAN, m)].n for m in t.models if (CLEAN, m) in t.cells}
+    head = [{"text": m, "title": f"n = {ns[m]} samples per condition" if m in ns else ""} for m in t.models]
+    head.append({"text": "mean", "title": "mean over models"})
+    if ns and len(set(ns.values())) == 1:
+        n_line = f"n = {next(iter(ns.values()))} samples per condition and model (clean)"
+    else:
+        n_line = "n per condition (clean): " + ", ".join(f"{m} {v}" for m, v in ns.items()) if ns else ""
+    rows = [{"label": row, "cls": "clean" if row == CLEAN else "",
+             "cells": [_cell_view(t, row, m, counts) for m in t.columns()]} for row in t.rows]
+    shifted = [t.cells[(r, "mean")].delta for r in t.rows if r != CLEAN and (r, "mean") in t.cells
+               and t.cells[(r, "mean")].delta is not None]
+    gist = f"{len(t.rows)} conditions × {len(t.models)} model{'s' if len(t.models) != 1 else ''}"
+    if shifted:
+        gist += f"; mean change against clean {t.fmt(sum(shifted) / len(shifted), signed=True)}"
+        worst = (min if t.higher_is_better else max)(shifted)
+        gist += f", worst {t.fmt(worst, signed=True)}"
+    return {"id": tid, "metric": t.metric, "title": f"{t.metric}{unit} {arrow}{title_suffix}", "gist": gist,
+            "head": head, "rows": rows, "n_line": n_line,
+            "first_head": "condition, severity" if title_suffix else "condition"}
+
+
+def _table_views(tables: list[Table], detail: list[Table], main: Table | None, prefix: str,
+                 rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One view per metric (the headline metric's open, the others folded), each with its per-severity
+    detail (folded) when a shift ran at several severities."""
+    by_metric = {t.metric: t for t in detail}
+    views = []
+    for t in tables:  # natural order; the headline metric's table is open, the others fold
+        view = _table_view(t, f"{prefix}-t-{_slug(t.metric)}", counts=_sample_counts(rows or []))
+        view["open"] = t is main
+        d = by_metric.get(t.metric)
+        if d is not None and len(d.rows) > len(t.rows):
+            view["detail"] = _table_view(d, f"{prefix}-t-{_slug(t.metric)}-sev", ", per severity",
+                                         counts=_sample_counts(rows or [], per_severity=True))
+        views.append(view)
+    return views
+
+
+def _summary_views(summaries: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """Summaries as the contract's blocks; a cell is a str or {"text", "title", "cls"}, shown as given."""
+    views = []
+    for s in summaries:
+        blocks = []
+        for b in s.get("blocks", []):
+            if b.get("kind") == "table":
+                bold = set(b.get("first_bold_rows") or [])
+                rows = [{"bold": i in bold, "cells": [_block_cell(c) for c in r]} for i, r in enumerate(b.get("rows", []))]
+                blocks.append({**b, "head": [_block_cell(c) for c in b.get("head", [])], "rows": rows})
+            else:
+                blocks.append(b)
+        views.append({"title": s["title"], "id": f"{prefix}-{s.get('id') or _slug(s['title'])}", "blocks": blocks})
+    return views
+
+
+def _block_cell(cell: Any) -> dict[str, str]:
+    if isinstance(cell, dict):
+        return {"text": str(cell.get("text", "")), "title": str(cell.get("title") or ""), "cls": str(cell.get("cls") or "")}
+    return {"text": str(cell), "title": "", "cls": ""}
 
 
 # -- tables ---------------------------------------------------------------------------------------
@@ -331,8 +475,10 @@ def _save(fig, out: Path, name: str, title: str, caption: str) -> dict[str, str]
 
 
 # -- sample grids ---------------------------------------------------------------------------------
-def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Columns = conditions (clean first, then the highest severity of each shift), rows = samples."""
+def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
+           order: list[str] | None = None) -> list[dict[str, Any]]:
+    """Columns = conditions (clean first, then the highest severity of each shift, in the order of the
+    results table's rows ``order``, i.e. the spec's; others after, by shift group), rows = samples."""
     if not thumbs:
         return []
     by_condition: dict[tuple[str, str, int], dict[str, dict]] = {}
@@ -346,10 +492,19 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]]) -> l
     best: dict[tuple[str, str], int] = {}
     for shift, pk, sev in by_condition:
         best[(shift, pk)] = max(sev, best.get((shift, pk), -1))
-    columns = sorted(((s, pk, sev) for (s, pk), sev in best.items()), key=lambda c: (c[0] != CLEAN, c[0], c[1]))
+    order = list(order or [])
+    groups = _shift_groups()
+    group_rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+
+    def position(c: tuple[str, str, int]) -> tuple:
+        label = condition_label(c[0], json.loads(c[1]))
+        return (c[0] != CLEAN, order.index(label) if label in order else len(order),
+                group_rank.get(groups.get(c[0], "other"), len(GROUP_ORDER)), c[0], c[1])
+
+    columns = sorted(((s, pk, sev) for (s, pk), sev in best.items()), key=position)
     sample_ids = sorted({sid for cond in by_condition.values() for sid in cond})[:4]
     grids = []
-    per_grid = 8
+    per_grid = 6  # six columns of 160 px fit the page without breaking a word of a label
     for start in range(0, len(columns), per_grid):
         cols = columns[start:start + per_grid]
         grid_rows = []

@@ -1,0 +1,273 @@
+"""The report's headline: one line per model with the numbers people cite (RobustBench-style), from store rows.
+
+Per run and model: the clean score of the headline metric, the mean under the ImageNet-C corruptions with
+mCE and relative mCE (top-1 runs), each ObjectCompose background family with the controls and the attacks
+in their own columns, each Pascal-EA attribute family, and for composed retrieval the mean gamma@10 over
+image shifts (severity 5) and text shifts (severity 3). Every change is shifted minus clean; every number
+carries its n, and with an :class:`Uncertainty` its 95% CI and a noise mark.
+
+Pure functions over rows and tables (no I/O); the HTML template renders the returned dicts as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Iterable, Sequence
+
+from .tables import CLEAN, Table, params_key
+
+__all__ = ["natural_key", "order_tables", "headline_table", "headline", "NATURAL_FAMILIES", "CONTROLS", "ATTACKS"]
+
+# ObjectCompose families: natural backgrounds, then the two masking controls and the attack, never mixed
+NATURAL_FAMILIES = ("class_label", "caption", "scene", "color", "texture", "custom")
+CONTROLS = ("object_only", "background_only")
+ATTACKS = ("adversarial",)
+_FIXED_ORDER = ("top1", "top5", "ece", "text_similarity", "miou", "foreground_iou", "box_ap", "mask_ap")
+
+
+def natural_key(metric: str) -> tuple:
+    """Sort key: R@1 < R@5 < R@10 < R@50 < R_subset@1..3 < ranks; top1 < top5 < ece; others by name.
+
+    >>> sorted(["R@10", "R_subset@1", "R@5", "mean_rank", "R@1", "R@50"], key=natural_key)
+    ['R@1', 'R@5', 'R@10', 'R@50', 'R_subset@1', 'mean_rank']
+    """
+    m = re.fullmatch(r"(R|R_subset|gamma|gamma_subset)@(\d+)(.*)", metric)
+    if m:
+        family = ("R", "R_subset", "gamma", "gamma_subset").index(m.group(1))
+        return (1, family, int(m.group(2)), m.group(3))
+    if metric.endswith("_rank"):
+        rank = ("mean_rank", "median_rank").index(metric) if metric in ("mean_rank", "median_rank") else 9
+        return (1, 1.5, rank, metric)  # ranks after the recalls, before the gamma rows
+    if metric in _FIXED_ORDER:
+        return (0, _FIXED_ORDER.index(metric), 0, "")
+    return (3, 0, 0, metric)
+
+
+def order_tables(tables: Sequence[Table], preferred: Sequence[str]) -> list[Table]:
+    """The spec's ``metrics:`` order first (names that are metrics, not groups like ``recall``), then natural order."""
+    pref = [p for p in preferred]
+    return sorted(tables, key=lambda t: (pref.index(t.metric) if t.metric in pref else len(pref), natural_key(t.metric)))
+
+
+def headline_table(tables: Sequence[Table], preferred: Sequence[str]) -> Table | None:
+    """The metric the headline, heat map and severity curves use: R@10 for retrieval, else the spec's first."""
+    by_name = {t.metric: t for t in tables}
+    if "R@10" in by_name:
+        return by_name["R@10"]
+    for name in preferred:
+        if name in by_name:
+            return by_name[name]
+    return tables[0] if tables else None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _fmt(v: float | None, percent: bool, signed: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    v = 100.0 * v if percent else v
+    digits = 1 if percent else 3
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def _cell(value: float | None, *, percent: bool, n: int | None, what: str, delta: float | None = None,
+          higher_is_better: bool = True, stats: dict[str, Any] | None = None, digits_note: str = "") -> dict[str, Any]:
+    """A headline cell: text "value (change)", a CI line, the noise mark, and a tooltip with n and the test."""
+    if stats:  # the bootstrap aggregate replaces the plain mean (same statistic, plus its interval)
+        value = stats.get("value", value)
+        delta = stats.get("delta", delta) if stats.get("delta") is not None else delta
+        n = stats.get("n", n)
+    text = _fmt(value, percent)
+    if delta is not None:
+        text += f" ({_fmt(delta, percent, signed=True)})"
+    title = [what, f"n = {n} samples per condition" if n else "n not recorded"]
+    if digits_note:
+        title.append(digits_note)
+    ci, cls = "", ""
+    if stats and stats.get("low") is not None and stats.get("high") is not None:
+        ci = f"[{_fmt(stats['low'], percent)}, {_fmt(stats['high'], percent)}]"
+        title.append(f"95% bootstrap CI of the value {ci}")
+    if stats and stats.get("delta_low") is not None and stats.get("delta_high") is not None:
+        title.append(f"95% paired-bootstrap CI of the change [{_fmt(stats['delta_low'], percent, True)}, "
+                     f"{_fmt(stats['delta_high'], percent, True)}]")
+    if stats and stats.get("p_value") is not None:
+        title.append(f"p = {stats['p_value']:.3g} (paired, against clean)")
+    noise = bool(stats and stats.get("noise"))
+    if noise:
+        text += " ≈"
+        cls = "noise"
+        title.append("≈: the change is within noise (its 95% CI contains 0)")
+    elif delta is not None and delta != 0:
+        cls = "down" if (delta < 0) == higher_is_better else "up"
+    return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": n}
+
+
+def _conditions(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict, int]]:
+    seen: dict[tuple, tuple[str, dict, int]] = {}
+    for r in rows:
+        seen.setdefault((r["shift"], params_key(r["params"]), int(r["severity"])),
+                        (r["shift"], dict(r["params"] or {}), int(r["severity"])))
+    return list(seen.values())
+
+
+def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
+    """(group label, column key, column head, the metric's rows of that column), in display order."""
+    from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
+    from .objectcompose import family_of
+    from .pascal_ea import attribute_value
+
+    mrows = [r for r in rows if r["metric"] == metric and r["shift"] != CLEAN]
+    out: list[tuple[str, str, str, list[dict[str, Any]]]] = []
+    corr = [r for r in mrows if r["shift"] in IMAGENET_C_CORRUPTIONS]
+    if corr:
+        k = len({r["shift"] for r in corr})
+        out.append(("ImageNet-C", "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}", corr))
+    families: dict[str, list[dict[str, Any]]] = {}
+    for r in mrows:
+        fam = family_of(r["shift"], r["params"])
+        if fam is not None:
+            families.setdefault(fam, []).append(r)
+    for group, names in (("backgrounds (natural)", NATURAL_FAMILIES), ("controls", CONTROLS), ("attacks", ATTACKS)):
+        for fam in names:
+            if fam in families:
+                out.append((group, f"family:{fam}", fam, families[fam]))
+    attributes: dict[str, list[dict[str, Any]]] = {}
+    for r in mrows:
+        if attribute_value(r["shift"], r["params"] or {}) is not None:
+            attributes.setdefault(r["shift"][len("attribute_"):], []).append(r)
+    for fam in ("color", "material", "pattern", "style"):
+        if fam in attributes:
+            out.append(("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
+    # whatever no family claims still gets a column, so no shift of the run is missing from the headline
+    claimed = {id(r) for _, _, _, grows in out for r in grows}
+    rest = [r for r in mrows if id(r) not in claimed]
+    if rest:
+        k = len({(r["shift"], params_key(r["params"])) for r in rest})
+        out.append(("other shifts", "other", f"mean of {k} other shift{'s' if k != 1 else ''}", rest))
+    return out
+
+
+def _text_shift(name: str) -> bool:
+    from ..registry import SHIFTS
+
+    return name in SHIFTS and getattr(SHIFTS.get(name), "kind", "image") == "text"
+
+
+def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred: Sequence[str],
+             unc: Any = None) -> dict[str, Any] | None:
+    """The headline of one run: ``{"metric", "groups": [(label, span)], "columns": [{"head", "title"}],
+    "rows": [{"model", "n", "cells": [cell]}], "note"}``; columns that do not apply to the run are left out."""
+    main = headline_table(tables, preferred)
+    if main is None:
+        return None
+    metric, pct, hib = main.metric, main.percent, main.higher_is_better
+    unit = " (%)" if pct else ""
+    index = {(r["model"], r["shift"], params_key(r["params"]), int(r["severity"]), r["metric"]): r for r in rows}
+    columns: list[dict[str, str]] = [{"group": "clean", "head": f"{metric}{unit}",
+                                      "title": f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better"}]
+    groups = _groups(rows, metric)
+    for group, key, head, grows in groups:
+        k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
+        columns.append({"group": group, "head": head,
+                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} (all severities run), "
+                                 "and its change against clean (shifted minus clean)"})
+    from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
+
+    # mCE is defined on top-1 errors: shown for runs that measured top1, whatever the headline metric
+    corr_top1 = [r for r in rows if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS]
+    if corr_top1:
+        note = ("AlexNet-normalised with ImageNet-C's published AlexNet errors; errors = 1 − top1; "
+                "lower is better (100 = AlexNet)")
+        columns.append({"group": "ImageNet-C", "head": "mCE", "title": "mean corruption error (%), " + note})
+        columns.append({"group": "ImageNet-C", "head": "rel. mCE",
+                        "title": "relative mean corruption error (%): error added by the corruptions, " + note})
+    retrieval = "gamma@10" in {r["metric"] for r in rows}
+    gamma_sets: list[tuple[str, list[dict[str, Any]]]] = []
+    if retrieval:
+        g = [r for r in rows if r["metric"] == "gamma@10" and r["shift"] != CLEAN]
+        image = [r for r in g if not _text_shift(r["shift"]) and int(r["severity"]) == 5]
+        text = [r for r in g if _text_shift(r["shift"]) and int(r["severity"]) == 3]
+        for label, sel in (("image shifts, severity 5", image), ("text shifts, severity 3", text)):
+            if sel:
+                gamma_sets.append((label, sel))
+                columns.append({"group": "composed retrieval", "head": f"γ@10 {label}",
+                                "title": f"mean relative robustness γ@10 = R@10 shifted / R@10 clean over {label}; "
+                                         "1 = no loss, above 1 = the shift helped"})
+    models = main.models
+    out_rows = []
+    for model in models:
+        clean_cell = main.cells.get((CLEAN, model))
+        clean = clean_cell.value if clean_cell else None
+        n = clean_cell.n if clean_cell else None
+        has = unc is not None and unc.has(model, metric)
+        stats = None
+        if clean_cell is not None and getattr(clean_cell, "low", None) is not None:
+            stats = {"value": clean, "low": clean_cell.low, "high": clean_cell.high, "n": n}
+        cells = [_cell(clean, percent=pct, n=n, what=f"clean {metric}", stats=stats)]
+        for _, key, head, grows in groups:
+            mine = [r for r in grows if r["model"] == model]
+            value = _mean(r["value"] for r in mine)
+            delta = None if value is None or clean is None else value - clean
+            agg = unc.aggregate(model, metric, _conditions(mine)) if has and mine else None
+            cells.append(_cell(value, percent=pct, n=mine[0]["n"] if mine else None, delta=delta,
+                               higher_is_better=hib, stats=agg, what=f"{metric} under {head}, mean over "
+                               f"{len(mine)} condition(s); change = shifted minus clean"))
+        if corr_top1:
+            cells += _mce_cells(model, corr_top1, index)
+        for label, sel in gamma_sets:
+            mine = [r for r in sel if r["model"] == model]
+            value = _mean(r["value"] for r in mine)
+            agg = unc.aggregate(model, "R@10", _conditions(mine)) if unc is not None and unc.has(model, "R@10") and mine else None
+            cell = _cell(value, percent=False, n=mine[0]["n"] if mine else None,
+                         what=f"mean γ@10 over {len(mine)} {label}")
+            if agg:  # gamma = 1 + change / clean: the noise mark and test come from the paired change in R@10
+                cell = _cell(value, percent=False, n=agg.get("n"), what=f"mean γ@10 over {len(mine)} {label}",
+                             stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"),
+                                    "delta_low": agg.get("delta_low"), "delta_high": agg.get("delta_high"), "value": value})
+                cell["title"] = cell["title"].replace("CI of the change", "CI of the change in R@10 (fraction)")
+            cells.append(cell)
+        out_rows.append({"model": model, "n": n, "cells": cells})
+    # keep each group's columns together (mCE joins the ImageNet-C mean), groups in order of first appearance
+    first = {}
+    for i, c in enumerate(columns):
+        first.setdefault(c["group"], i)
+    perm = sorted(range(len(columns)), key=lambda i: (first[columns[i]["group"]], i))
+    columns = [columns[i] for i in perm]
+    for r in out_rows:
+        r["cells"] = [r["cells"][i] for i in perm]
+    spans: list[list[Any]] = []
+    for c in columns:
+        if spans and spans[-1][0] == c["group"]:
+            spans[-1][1] += 1
+        else:
+            spans.append([c["group"], 1])
+    ci = " Second line: 95% bootstrap CI; ≈ marks a change within noise (its paired 95% CI contains 0)." \
+        if unc is not None else " No per-sample values in this store: no confidence intervals."
+    note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
+            f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
+            f"conditions and severities; n = samples per condition (hover a cell for details).{ci}")
+    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note}
+
+
+def _mce_cells(model: str, corr: Sequence[dict[str, Any]], index: dict) -> list[dict[str, Any]]:
+    from ..metrics.robustness import mean_corruption_error, relative_mean_corruption_error
+
+    errors: dict[str, list[float]] = {}
+    for r in sorted((r for r in corr if r["model"] == model and r["value"] is not None),
+                    key=lambda r: (r["shift"], int(r["severity"]))):
+        errors.setdefault(r["shift"], []).append(1.0 - r["value"])
+    clean = next((r for k, r in index.items() if k[0] == model and k[1] == CLEAN and k[4] == "top1"), None)
+    n = clean["n"] if clean else None
+    if not errors:
+        return [_cell(None, percent=True, n=n, what="mCE"), _cell(None, percent=True, n=n, what="relative mCE")]
+    sev = sum(len(v) for v in errors.values())
+    note = f"over {len(errors)} corruptions, {sev} corruption-severity pairs"
+    mce = _cell(mean_corruption_error(errors), percent=True, n=n, what="mCE (lower is better)", digits_note=note)
+    rel = (_cell(relative_mean_corruption_error(errors, 1.0 - clean["value"]), percent=True, n=n,
+                 what="relative mCE (lower is better)", digits_note=note)
+           if clean and clean["value"] is not None else _cell(None, percent=True, n=n, what="relative mCE"))
+    return [mce, rel]
