@@ -1,4 +1,5 @@
-"""ObjectCompose summary: worst condition per family, drops, the paper's ordering; the bundled spec runs end to end."""
+"""ObjectCompose summary: mean and worst condition per family, change against clean (shifted - clean), controls and
+the attack in their own rows, the paper's ordering as a list; the bundled spec runs end to end."""
 
 from __future__ import annotations
 
@@ -37,21 +38,26 @@ PAPERLIKE = {
 }
 
 
-def test_worst_condition_per_family_and_drop():
+def test_worst_condition_per_family_and_change():
     s = summarise(_rows(PAPERLIKE))
     assert s["clean"] == pytest.approx(0.97)
     color = s["families"]["color"]
     assert color["worst"] == "background_color (color=blue) s5" and color["value"] == pytest.approx(0.81)
-    assert color["drop"] == pytest.approx(0.16)
+    assert color["change"] == pytest.approx(0.81 - 0.97)  # shifted - clean: a loss is negative
+    assert color["mean"] == pytest.approx((0.85 + 0.81) / 2) and color["mean_change"] == pytest.approx(0.83 - 0.97)
+    assert "drop" not in color and all("drop" not in pm for pm in color["per_model"].values())
     # worst of the model mean (texture 4: 0.82 vs texture 1: 0.82) - ties keep the first; per model it differs
     tex = s["families"]["texture"]
     assert tex["per_model"]["a"]["worst"] == "background_texture (texture=4) s5"
     assert tex["per_model"]["b"]["worst"] == "background_texture (texture=1) s5"
-    assert tex["per_model"]["b"]["drop"] == pytest.approx(0.17)
+    assert tex["per_model"]["b"]["change"] == pytest.approx(0.79 - 0.96)
+    assert tex["per_model"]["b"]["mean_change"] == pytest.approx((0.79 + 0.84) / 2 - 0.96)
     assert list(s["families"])[:2] == ["class_label", "caption"]
     assert s["holds"] is True and all(s["ordering"].values())
     md = to_markdown(s)
-    assert "| color | background_color (color=blue) s5 | 81.0 | 16.0 |" in md and "the ordering holds" in md
+    assert "| color | background | 2 | 83.0 | -14.0 | background_color (color=blue) s5 | 81.0 | -16.0 |" in md
+    assert "- color ~ texture: holds" in md and "the ordering holds" in md
+    assert [s["families"][f]["role"] for f in ("adversarial", "object_only")] == ["attack", "control"]
 
 
 def test_ordering_failures_and_missing_families():
