@@ -122,22 +122,35 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
 
 def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
                quality: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Task-specific summary tables (ObjectCompose families, composed retrieval, Pascal-EA), as parsed Markdown."""
-    from .pascal_ea import write_pascal_ea  # attribute runs: Table-1-style drops and the quality table
+    """Task-specific summaries (Pascal-EA, ObjectCompose families, composed retrieval) as structured blocks
+    (report.blocks: ``{"title", "id", "blocks"}``); their ``.md`` files are the Markdown export of the same
+    blocks, so the HTML never receives Markdown."""
+    from . import pascal_ea
+    from .blocks import blocks_to_markdown
 
+    tag = prefix.rstrip("_")
     found = []
-    pascal = write_pascal_ea(out / prefix.rstrip("_") if prefix else out, rows, quality or [])
-    if pascal is not None:
-        found.append({"title": "Pascal-EA: attribute edits", "blocks": markdown_blocks(pascal.read_text())})
+    pascal = pascal_ea.write_pascal_ea(out / tag if prefix else out, rows, quality or [])
+    pascal_blocks = getattr(pascal_ea, "pascal_blocks", None)
+    if pascal_blocks is not None:
+        blocks = pascal_blocks(rows, quality or [])
+        if blocks:
+            found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
+                          "blocks": blocks})
+    elif pascal is not None:  # pascal_ea without blocks yet: its Markdown split into blocks
+        found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
+                      "blocks": markdown_blocks(pascal.read_text())})
     oc = _write_objectcompose(out, rows, prefix)
     if oc:
-        found.append({"title": "ObjectCompose summary", "blocks": markdown_blocks(oc)})
+        found.append({"title": "ObjectCompose summary", "id": f"{tag}-objectcompose".lstrip("-"), "blocks": oc})
     if any(r["metric"].startswith("R@") for r in rows):
-        from .retrieval import retrieval_tables
+        from .retrieval import retrieval_blocks
 
-        text = retrieval_tables(rows)
-        (out / f"{prefix}retrieval.md").write_text(text, encoding="utf-8")
-        found.append({"title": "Composed retrieval", "blocks": markdown_blocks(text)})
+        blocks = retrieval_blocks(rows)
+        (out / f"{prefix}retrieval.md").write_text(
+            blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Composed retrieval"}] + blocks),
+            encoding="utf-8")
+        found.append({"title": "Composed retrieval", "id": f"{tag}-retrieval".lstrip("-"), "blocks": blocks})
     return found
 
 
@@ -182,17 +195,17 @@ def _split_row(line: str) -> list[str]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> str | None:
-    """objectcompose.{md,json}: worst condition per prompt family and the paper's ordering (background runs only)."""
-    from .objectcompose import summarise, to_markdown
+def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]] | None:
+    """objectcompose.{md,json} (background runs only): each prompt family's mean and worst condition with
+    its change against clean (shifted - clean) and the paper's ordering; returns the summary's blocks."""
+    from .objectcompose import blocks_from_summary, summarise, to_markdown
 
     summary = summarise(rows)
     if not summary["families"]:
         return None
-    text = to_markdown(summary)
     (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / f"{prefix}objectcompose.md").write_text(text, encoding="utf-8")
-    return text
+    (out / f"{prefix}objectcompose.md").write_text(to_markdown(summary), encoding="utf-8")
+    return blocks_from_summary(summary)
 
 
 def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: str = "") -> None:
