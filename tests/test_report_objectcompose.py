@@ -129,6 +129,8 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     assert cell_text(by_family["background_only"][4]) == f"{change:+.1f}" and change < 0
     assert by_family["background_only"][4]["cls"] == "down" and "n = 6 images" in by_family["background_only"][4]["title"]
     assert cell_text(by_family["object_only"][1]) == "control"
+    # one model: the family table is already per model, so no second table repeats it
+    assert [b["kind"] for b in summary["blocks"]].count("table") == 1
     # the Markdown export parses back to the same cells
     parsed = [b for b in markdown_blocks(blocks_to_markdown(summary["blocks"])) if b["kind"] == "table"]
     mine = [b for b in summary["blocks"] if b["kind"] == "table"]
@@ -159,3 +161,6 @@ def test_a_background_that_lowers_accuracy_has_a_negative_change():
     assert color["per_model"]["a"]["change"] == pytest.approx(-0.4)
     table = next(b for b in summary_blocks(rows) if b["kind"] == "table")
     assert table["head"][4] == "mean change against clean" and cell_text(table["rows"][0][4]) == "-30.0"
+    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][1]
+    assert per_model["head"] == ["family", "role", "a", "b"]
+    assert [cell_text(c) for c in per_model["rows"][0]] == ["color", "background", "50.0 (-40.0)", "60.0 (-20.0)"]

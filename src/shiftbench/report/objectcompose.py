@@ -208,7 +208,7 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
     blocks.append({"kind": "text", "text": "Overall: " + ("n/a" if verdict is None else
                                                           ("the ordering holds" if verdict else "the ordering does not hold"))})
     models = sorted({m for e in summary["families"].values() for m in e["per_model"]})
-    if models:
+    if len(models) > 1:  # with one model the table above already is the per-model one
         blocks.append({"kind": "heading", "text": "Per model (family mean, change against clean)"})
         rows = []
         for family, e in summary["families"].items():
