@@ -230,8 +230,6 @@ def test_demo_like_report_in_chromium(demo_like, tmp_path):
     assert 1500 < height < 8000
 
 
-@pytest.mark.xfail(importlib.util.find_spec("shiftbench.report.blocks") is None, strict=True,
-                   reason="the summaries are still Markdown text until part SUMMARIES' structured blocks land")
 def test_no_markdown_in_visible_text(demo_like):
     from playwright.sync_api import sync_playwright
 

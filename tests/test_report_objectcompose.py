@@ -1,13 +1,17 @@
-"""ObjectCompose summary: worst condition per family, drops, the paper's ordering; the bundled spec runs end to end."""
+"""ObjectCompose summary: mean and worst condition per family, change against clean (shifted - clean), controls and
+the attack in their own rows, the paper's ordering as a list; the bundled spec runs end to end."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 import shiftbench as sb
-from shiftbench.report.objectcompose import family_of, summarise, to_markdown
+from shiftbench.report.blocks import blocks_to_markdown, cell_text, strings_of
+from shiftbench.report.build import markdown_blocks
+from shiftbench.report.objectcompose import family_of, summarise, summary_blocks, to_markdown
 from shiftbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,21 +41,26 @@ PAPERLIKE = {
 }
 
 
-def test_worst_condition_per_family_and_drop():
+def test_worst_condition_per_family_and_change():
     s = summarise(_rows(PAPERLIKE))
     assert s["clean"] == pytest.approx(0.97)
     color = s["families"]["color"]
     assert color["worst"] == "background_color (color=blue) s5" and color["value"] == pytest.approx(0.81)
-    assert color["drop"] == pytest.approx(0.16)
+    assert color["change"] == pytest.approx(0.81 - 0.97)  # shifted - clean: a loss is negative
+    assert color["mean"] == pytest.approx((0.85 + 0.81) / 2) and color["mean_change"] == pytest.approx(0.83 - 0.97)
+    assert "drop" not in color and all("drop" not in pm for pm in color["per_model"].values())
     # worst of the model mean (texture 4: 0.82 vs texture 1: 0.82) - ties keep the first; per model it differs
     tex = s["families"]["texture"]
     assert tex["per_model"]["a"]["worst"] == "background_texture (texture=4) s5"
     assert tex["per_model"]["b"]["worst"] == "background_texture (texture=1) s5"
-    assert tex["per_model"]["b"]["drop"] == pytest.approx(0.17)
+    assert tex["per_model"]["b"]["change"] == pytest.approx(0.79 - 0.96)
+    assert tex["per_model"]["b"]["mean_change"] == pytest.approx((0.79 + 0.84) / 2 - 0.96)
     assert list(s["families"])[:2] == ["class_label", "caption"]
     assert s["holds"] is True and all(s["ordering"].values())
     md = to_markdown(s)
-    assert "| color | background_color (color=blue) s5 | 81.0 | 16.0 |" in md and "the ordering holds" in md
+    assert "| color | background | 2 | 83.0 | -14.0 | background_color (color=blue) s5 | 81.0 | -16.0 |" in md
+    assert "- color ~ texture: holds" in md and "the ordering holds" in md
+    assert [s["families"][f]["role"] for f in ("adversarial", "object_only")] == ["attack", "control"]
 
 
 def test_ordering_failures_and_missing_families():
@@ -82,10 +91,11 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        spec = {"dataset": "objects", "dataset_params": {"scenes_per_object": 1}, "limit": 2,
+        spec = {"dataset": "objects", "dataset_params": {"scenes_per_object": 1}, "limit": 6,
                 "models": ["efficientnet_lite0"], "metrics": ["top1", "ece"], "seed": 0,
                 "shifts": ["clean", {"name": "background_color", "severity": 5, "params": {"color": "blue"}},
-                           {"name": "adversarial_texture", "severity": 1}, "background_only"]}
+                           {"name": "adversarial_texture", "severity": 1}, "background_only",
+                           {"name": "object_only", "severity": 5}]}
         rows = sb.evaluate(spec, store=tmp_path / "oc.db")
     finally:
         torch.set_num_threads(before)
@@ -93,7 +103,64 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     assert {"clean", "background_color", "adversarial_texture", "background_only"} <= shifts
     assert {r["metric"] for r in rows} >= {"top1", "ece"}
     from shiftbench.report import build_report
+    from shiftbench.report.build import _summaries
 
     build_report(tmp_path / "oc.db", tmp_path / "report")
     md = (tmp_path / "report" / "objectcompose.md").read_text()
-    assert "| color |" in md and "| adversarial |" in md and "| background_only |" in md
+    assert "| color | background |" in md and "| adversarial | attack |" in md
+    assert "| background_only | control |" in md and "| object_only | control |" in md
+    top1 = {r["shift"]: r["value"] for r in rows if r["metric"] == "top1"}
+    assert top1["background_only"] < top1["clean"]  # a plain inpainted field: the object is gone
+    saved = json.loads((tmp_path / "report" / "objectcompose.json").read_text())
+    for family, e in saved["families"].items():
+        assert "drop" not in e and e["change"] == pytest.approx(e["value"] - saved["clean"])
+    assert saved["families"]["background_only"]["change"] < 0  # the sign: shifted - clean
+
+    (tmp_path / "again").mkdir()
+    summary = next(s for s in _summaries(tmp_path / "again", rows, "", []) if s["title"] == "ObjectCompose summary")
+    assert summary["id"] == "objectcompose" and summary["blocks"] == summary_blocks(rows)
+    for s in strings_of(summary["blocks"]):
+        assert "**" not in s and "`" not in s, s
+    ordering = [b for b in summary["blocks"] if b["kind"] == "list"]
+    assert len(ordering) == 1 and ordering[0]["items"][-1].startswith("color, texture >> adversarial: ")
+    table = next(b for b in summary["blocks"] if b["kind"] == "table")
+    by_family = {cell_text(r[0]): r for r in table["rows"]}
+    change = 100 * (top1["background_only"] - top1["clean"])
+    assert cell_text(by_family["background_only"][4]) == f"{change:+.1f}" and change < 0
+    assert by_family["background_only"][4]["cls"] == "down" and "n = 6 images" in by_family["background_only"][4]["title"]
+    assert cell_text(by_family["object_only"][1]) == "control"
+    # one model: the family table is already per model, so no second table repeats it
+    assert [b["kind"] for b in summary["blocks"]].count("table") == 1
+    # the Markdown export parses back to the same cells
+    parsed = [b for b in markdown_blocks(blocks_to_markdown(summary["blocks"])) if b["kind"] == "table"]
+    mine = [b for b in summary["blocks"] if b["kind"] == "table"]
+    assert [[[c for c in r] for r in b["rows"]] for b in parsed] == [[[cell_text(c) for c in r] for r in b["rows"]]
+                                                                     for b in mine]
+
+
+def test_controls_and_attack_never_enter_a_background_mean():
+    s = summarise(_rows(PAPERLIKE))
+    roles = {f: e["role"] for f, e in s["families"].items()}
+    assert roles == {"class_label": "background", "caption": "background", "color": "background",
+                     "texture": "background", "adversarial": "attack", "object_only": "control"}
+    # each family's mean is over its own conditions only
+    assert s["families"]["texture"]["mean"] == pytest.approx((0.82 + 0.82) / 2)
+    assert s["families"]["adversarial"]["conditions"] == ["adversarial_texture s5"]
+    blocks = summary_blocks(_rows(PAPERLIKE))
+    text = " ".join(strings_of(blocks))
+    assert "the paper's Table 1" in text and "headline" in text  # which aggregate is which, said once
+    assert not any("object_only" in item or "background_only" in item
+                   for b in blocks if b["kind"] == "list" for item in b["items"])
+
+
+def test_a_background_that_lowers_accuracy_has_a_negative_change():
+    rows = _rows({("clean", ()): (0.9, 0.8), ("background_color", (("color", "red"),)): (0.5, 0.6)})
+    s = summarise(rows)
+    color = s["families"]["color"]
+    assert color["change"] == pytest.approx(0.55 - 0.85) and color["change"] < 0
+    assert color["per_model"]["a"]["change"] == pytest.approx(-0.4)
+    table = next(b for b in summary_blocks(rows) if b["kind"] == "table")
+    assert table["head"][4] == "mean change against clean" and cell_text(table["rows"][0][4]) == "-30.0"
+    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][1]
+    assert per_model["head"] == ["family", "role", "a", "b"]
+    assert [cell_text(c) for c in per_model["rows"][0]] == ["color", "background", "50.0 (-40.0)", "60.0 (-20.0)"]

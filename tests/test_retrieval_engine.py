@@ -208,9 +208,12 @@ def test_tables_from_rows(rows):
     recall = recall_table(rows)
     clean = _value(rows, "combiner", "clean", 0, "R@10")["value"]
     assert "| combiner | " in recall and f"{100 * clean:.1f}" in recall
+    assert recall.splitlines()[0] == ("| retriever | R@1 | R@5 | R@10 | R@50 | R_subset@1 | R_subset@2 | R_subset@3 "
+                                      "| mean rank |")
     gammas = gamma_table(rows, k=10)
     g = _value(rows, "image_only", "_test_noise", 5, "gamma@10")["value"]
     assert "| _test_noise | 5 |" in gammas and f"{g:.3f}" in gammas and "| text_swap | 3 |" in gammas
+    assert gammas.splitlines()[-1].startswith("| **mean** |  | **")
     categories = category_table(rows, k=10)
     for c in ("background", "attribute", "removal", "numerical", "object_swap", "fine_grained"):
         assert f"| {c} |" in categories
@@ -222,10 +225,11 @@ def test_all_tables_split_image_and_text_shifts(rows):
     text = retrieval_tables(rows, k=10)
     image_part = text.split("### gamma@10, image shifts at severity 5")[1].split("###")[0]
     text_part = text.split("### gamma@10, text shifts at severity 3")[1].split("###")[0]
-    curves = text.split("### gamma@10 by severity")[1].split("###")[0]
+    others = text.split("### gamma@10 at the other severities")[1].split("###")[0]
     assert "| _test_noise | 5 |" in image_part and "text_swap" not in image_part and "| 2 |" not in image_part
     assert "| text_swap | 3 |" in text_part and "_test_noise" not in text_part
-    assert "| _test_noise | 2 |" in curves and "| _test_noise | 5 |" in curves
+    # the other severities only: severity 5 is in the image table already
+    assert "| _test_noise | 2 |" in others and "| _test_noise | 5 |" not in others and "text_swap" not in others
 
 
 def test_train_retriever_cli_refuses_a_bad_path_and_bad_settings(tmp_path, capsys):

@@ -22,10 +22,7 @@ from ..errors import ShiftbenchError
 from .headline import headline, headline_table, order_tables
 from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
 
-try:  # part STATS' bootstrap intervals; reports without them still build (the guard goes at merge)
-    from .stats import Uncertainty
-except ImportError:  # pragma: no cover - until report/stats.py lands
-    Uncertainty = None
+from .stats import Uncertainty
 
 GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
 
@@ -51,7 +48,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
             skipped = db.artifacts(run["run_id"], "skipped.json")
             run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else []}
             # per-sample values (bootstrap CIs) exist only in stores written since they were kept
-            samples = db.samples(run["run_id"]) if hasattr(db, "samples") else []
+            samples = db.samples(run["run_id"])
             loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
                            json.loads(quality[0]["data"]) if quality else [], samples))
     finally:
@@ -66,7 +63,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         main_rows = [r for r in rows if _in_main_grid(r["metric"])]
         tables = order_tables(build_tables(main_rows, preferred), preferred)
         detail = order_tables(build_tables(main_rows, preferred, per_severity=True), preferred)
-        unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if Uncertainty is not None and samples else None
+        unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
         if unc is not None:
             for t in tables + detail:
                 unc.annotate(t)
@@ -138,22 +135,29 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
 
 def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
                quality: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Task-specific summary tables (ObjectCompose families, composed retrieval, Pascal-EA), as parsed Markdown."""
+    """Task-specific summaries (Pascal-EA, ObjectCompose families, composed retrieval) as structured blocks
+    (report.blocks: ``{"title", "id", "blocks"}``); their ``.md`` files are the Markdown export of the same
+    blocks, so the HTML never receives Markdown."""
+    from .blocks import blocks_to_markdown
     from .pascal_ea import pascal_blocks, write_pascal_ea  # attribute runs: Table-1-style changes, quality table
 
+    tag = prefix.rstrip("_")
     found = []
     # the HTML gets the structured blocks; the Markdown/CSV exports are written from the same data
-    if write_pascal_ea(out / prefix.rstrip("_") if prefix else out, rows, quality or []) is not None:
-        found.append({"title": "Pascal-EA: attribute edits", "id": "pascal-ea", "blocks": pascal_blocks(rows, quality or [])})
+    if write_pascal_ea(out / tag if prefix else out, rows, quality or []) is not None:
+        found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
+                      "blocks": pascal_blocks(rows, quality or [])})
     oc = _write_objectcompose(out, rows, prefix)
     if oc:
-        found.append({"title": "ObjectCompose summary", "blocks": markdown_blocks(oc)})
+        found.append({"title": "ObjectCompose summary", "id": f"{tag}-objectcompose".lstrip("-"), "blocks": oc})
     if any(r["metric"].startswith("R@") for r in rows):
-        from .retrieval import retrieval_tables
+        from .retrieval import retrieval_blocks
 
-        text = retrieval_tables(rows)
-        (out / f"{prefix}retrieval.md").write_text(text, encoding="utf-8")
-        found.append({"title": "Composed retrieval", "blocks": markdown_blocks(text)})
+        blocks = retrieval_blocks(rows)
+        (out / f"{prefix}retrieval.md").write_text(
+            blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Composed retrieval"}] + blocks),
+            encoding="utf-8")
+        found.append({"title": "Composed retrieval", "id": f"{tag}-retrieval".lstrip("-"), "blocks": blocks})
     return found
 
 
@@ -326,17 +330,17 @@ def _block_cell(cell: Any) -> dict[str, str]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> str | None:
-    """objectcompose.{md,json}: worst condition per prompt family and the paper's ordering (background runs only)."""
-    from .objectcompose import summarise, to_markdown
+def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]] | None:
+    """objectcompose.{md,json} (background runs only): each prompt family's mean and worst condition with
+    its change against clean (shifted - clean) and the paper's ordering; returns the summary's blocks."""
+    from .objectcompose import blocks_from_summary, summarise, to_markdown
 
     summary = summarise(rows)
     if not summary["families"]:
         return None
-    text = to_markdown(summary)
     (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / f"{prefix}objectcompose.md").write_text(text, encoding="utf-8")
-    return text
+    (out / f"{prefix}objectcompose.md").write_text(to_markdown(summary), encoding="utf-8")
+    return blocks_from_summary(summary)
 
 
 def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: str = "") -> None:
