@@ -281,7 +281,7 @@ def test_headline_numbers_are_the_rows(demo_like):
     hc = headline(cir, build_tables([r for r in cir if "[" not in r["metric"] and not r["metric"].startswith("gamma@")]),
                   ["recall", "recall_subset", "rank"])
     assert hc["metric"] == "R@10"
-    assert [c["head"] for c in hc["columns"]] == ["R@10 (%)", "mean of 1 corruption", "mean of 1 other shift",
+    assert [c["head"] for c in hc["columns"]] == ["R@10 (%)", "mean of 1 corruption", "mean of 1 text shift",
                                                   "γ@10 image shifts, severity 5", "γ@10 text shifts, severity 3"]
     gamma = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "gamma@10"}
     r10 = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "R@10"}

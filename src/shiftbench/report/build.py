@@ -88,7 +88,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
 
 def _in_main_grid(metric: str) -> bool:
     """Per-category recalls and gamma rows have their own summary tables; keep them out of the main grid."""
-    return "[" not in metric and not metric.startswith("gamma@")
+    return "[" not in metric and not metric.startswith(("gamma@", "gamma_subset@"))
 
 
 def _yaml(spec: dict[str, Any]) -> str:

@@ -142,6 +142,12 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
     for fam in ("color", "material", "pattern", "style"):
         if fam in attributes:
             out.append(("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
+    # text corruptions (composed retrieval) in a column of their own
+    claimed = {id(r) for _, _, _, grows in out for r in grows}
+    text = [r for r in mrows if id(r) not in claimed and _text_shift(r["shift"])]
+    if text:
+        k = len({(r["shift"], params_key(r["params"])) for r in text})
+        out.append(("text corruptions", "text", f"mean of {k} text shift{'s' if k != 1 else ''}", text))
     # whatever no family claims still gets a column, so no shift of the run is missing from the headline
     claimed = {id(r) for _, _, _, grows in out for r in grows}
     rest = [r for r in mrows if id(r) not in claimed]

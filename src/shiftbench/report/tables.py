@@ -25,7 +25,7 @@ def condition_label(shift: str, params: dict[str, Any]) -> str:
 class Cell:
     value: float | None
     delta: float | None = None  # value - clean, same units as value
-    n: int = 0
+    n: int = 0  # samples one condition of the cell rests on (not summed over severities or models)
     # filled by report.stats.Uncertainty.annotate from the per-sample values (None where the store has none)
     low: float | None = None  # 95% bootstrap interval of value (same units as value)
     high: float | None = None
@@ -129,7 +129,7 @@ def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
         for (label, model), group in groups.items():
             vals = [g["value"] for g in group if g["value"] is not None]
             value = sum(vals) / len(vals) if vals else None
-            table.cells[(label, model)] = Cell(value, None, sum(g["n"] for g in group))
+            table.cells[(label, model)] = Cell(value, None, max(g["n"] for g in group))  # samples per condition
         for label in table.rows:
             for model in models:
                 cell = table.cells.get((label, model))
@@ -142,7 +142,7 @@ def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
                 mean = sum(c.value for c in present) / len(present)
                 deltas = [c.delta for c in present if c.delta is not None]
                 table.cells[(label, "mean")] = Cell(mean, sum(deltas) / len(deltas) if deltas else None,
-                                                    sum(c.n for c in present))
+                                                    max(c.n for c in present))
         tables.append(table)
     return tables
 
