@@ -55,9 +55,21 @@ def test_files_written(report_dir):
                  "reliability.png"):
         assert (report_dir / name).stat().st_size > 0, name
     rows = list(csv.reader(io.StringIO((report_dir / "tables.csv").read_text())))
-    assert rows[0] == ["metric", "condition", "model", "value", "change_vs_clean", "n"]
+    assert rows[0] == ["metric", "condition", "model", "value", "change_vs_clean", "n", "ci_low", "ci_high",
+                       "change_ci_low", "change_ci_high", "p_value", "within_noise"]
     clean = [r for r in rows[1:] if r[0] == "top1" and r[1] == "clean" and r[2] != "mean"]
     assert len(clean) == 2 and all(0 <= float(r[3]) <= 1 for r in clean)
+    # every top-1 cell has its 95% CI around the value; shifted cells a paired change CI around the change,
+    # a p-value, and within_noise exactly when that CI holds 0
+    for r in rows[1:]:
+        if r[0] != "top1":
+            continue
+        value, low, high = float(r[3]), float(r[6]), float(r[7])
+        assert low <= value <= high and r[5] == "20"  # samples per condition, not summed over severities
+        if r[1] != "clean":
+            change, dlow, dhigh = float(r[4]), float(r[8]), float(r[9])
+            assert dlow <= dhigh and 0 <= float(r[10]) <= 1
+            assert r[11] == str(dlow <= 0 <= dhigh).lower()
     md = (report_dir / "tables.md").read_text()
     assert "### top1 (%) ↑" in md and "### ece (%) ↓" in md
     assert "\\_test\\_noise" in (report_dir / "tables.tex").read_text()

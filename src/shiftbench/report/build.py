@@ -344,13 +344,18 @@ def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = ""
 
 
 def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: str = "") -> None:
-    md = ["# Results", "", "Each cell: the metric under the condition, and in brackets its change against clean.", ""]
+    ns = sorted({c.n for t in tables for c in t.cells.values()})
+    n = "not recorded" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+    md = ["# Results", "", "Each cell: the metric under the condition and, in brackets, its change against clean "
+          f"(shifted minus clean). n = {n} samples per condition and model; ≈ marks a change within noise (its "
+          f"paired 95% bootstrap CI contains 0); the 95% CIs and p-values are in {prefix}tables.csv.", ""]
     md += [to_markdown(t) for t in tables]
     md += ["", "## Per severity", ""] + [to_markdown(t) for t in detail]
     (out / f"{prefix}tables.md").write_text("\n".join(md), encoding="utf-8")
     with open(out / f"{prefix}tables.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["metric", "condition", "model", "value", "change_vs_clean", "n"])
+        writer.writerow(["metric", "condition", "model", "value", "change_vs_clean", "n", "ci_low", "ci_high",
+                         "change_ci_low", "change_ci_high", "p_value", "within_noise"])
         for t in detail:
             writer.writerows(to_csv_rows(t))
     (out / f"{prefix}tables.tex").write_text("\n".join(to_latex(t) for t in tables), encoding="utf-8")

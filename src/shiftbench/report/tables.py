@@ -153,8 +153,15 @@ def to_markdown(table: Table) -> str:
     head = f"| condition | " + " | ".join(table.columns()) + " |"
     lines = [f"### {table.metric}{unit} {arrow}", "", head, "|" + "---|" * (len(table.columns()) + 1)]
     for row in table.rows:
-        lines.append(f"| {_md_escape(row)} | " + " | ".join(table.text(row, m) for m in table.columns()) + " |")
+        lines.append(f"| {_md_escape(row)} | " + " | ".join(table.text(row, m) + (" ≈" if _noise(table, row, m) else "")
+                                                       for m in table.columns()) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _noise(table: Table, row: str, model: str) -> bool:
+    """Whether a shifted cell's change against clean is within noise (its paired 95% CI contains 0)."""
+    cell = table.cells.get((row, model))
+    return row != CLEAN and cell is not None and bool(getattr(cell, "noise", None))
 
 
 def _md_escape(text: str) -> str:
@@ -168,7 +175,9 @@ def to_csv_rows(table: Table) -> list[list[str]]:
             cell = table.cells.get((row, model))
             if cell is None:
                 continue
-            out.append([table.metric, row, model, _num(cell.value), _num(cell.delta), str(cell.n)])
+            out.append([table.metric, row, model, _num(cell.value), _num(cell.delta), str(cell.n),
+                        _num(cell.low), _num(cell.high), _num(cell.delta_low), _num(cell.delta_high),
+                        _num(cell.p_value), "" if cell.noise is None or row == CLEAN else str(bool(cell.noise)).lower()])
     return out
 
 
@@ -193,12 +202,15 @@ def to_latex(table: Table) -> str:
         "Condition & " + " & ".join(tex_escape(c) for c in cols) + r" \\", r"\midrule",
     ]
     for row in table.rows:
-        lines.append(tex_escape(row) + " & " + " & ".join(tex_escape(table.text(row, m)) for m in cols) + r" \\")
+        lines.append(tex_escape(row) + " & " + " & ".join(tex_escape(table.text(row, m))
+                                                          + (r" $\approx$" if _noise(table, row, m) else "")
+                                                          for m in cols) + r" \\")
         if row == CLEAN:
             lines.append(r"\midrule")
     unit = " (\\%)" if table.percent else ""
     lines += [r"\bottomrule", r"\end{tabular}",
-              rf"\caption{{{tex_escape(table.metric)}{unit} {arrow}; in brackets the change against clean.}}",
+              rf"\caption{{{tex_escape(table.metric)}{unit} {arrow}; in brackets the change against clean "
+              r"(shifted minus clean); $\approx$: within noise (paired 95\% bootstrap CI contains 0).}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
 
