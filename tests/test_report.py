@@ -390,3 +390,31 @@ def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_pat
     # results cells: CI, change CI and test in the tooltip, the mark in the text
     assert re.search(r'class="noise" title="n = 20 samples per condition; 95% CI \[[0-9.]+, [0-9.]+\]; change 95% CI '
                      r'\[-10.0, \+10.0\]; p = 0.5 against clean; ≈ within noise">[0-9.]+ \([-+][0-9.]+\) ≈<', html)
+
+
+def test_models_compared_pairwise_on_the_same_samples(demo_like):
+    """The headline's model comparison: each model minus the first on the same images, its CI holding the
+    difference, and the clean difference equal to the difference of the stored clean values."""
+    from shiftbench.engine.store import Store
+    from shiftbench.report.headline import headline
+    from shiftbench.report.stats import Uncertainty
+    from shiftbench.report.tables import build_tables
+
+    with Store(demo_like["store"], create=False) as db:
+        rows = db.rows(demo_like["runs"][0])
+        samples = db.samples(demo_like["runs"][0])
+    tables = build_tables([r for r in rows if "[" not in r["metric"]], ["top1", "ece"])
+    h = headline(rows, tables, ["top1", "ece"], Uncertainty(samples, seed=0))
+    pairs = h["pairs"]
+    models = tables[0].models
+    assert pairs["base"] == models[0] and [r["label"] for r in pairs["rows"]] == [f"{m} − {models[0]}" for m in models[1:]]
+    assert pairs["heads"][0] == "clean"
+    clean = {r["model"]: r["value"] for r in rows if r["metric"] == "top1" and r["shift"] == "clean"}
+    for model, line in zip(models[1:], pairs["rows"]):
+        diff = 100 * (clean[model] - clean[models[0]])
+        assert line["cells"][0]["text"].split()[0] == f"{diff:+.1f}"
+        low, high = (float(x) for x in line["cells"][0]["ci"].strip("[]").split(","))
+        assert low <= round(diff, 1) <= high
+        assert ("≈" in line["cells"][0]["text"]) == (low <= 0 <= high)
+    # without per-sample values there is no comparison (and no made-up interval)
+    assert headline(rows, tables, ["top1", "ece"], None)["pairs"] is None

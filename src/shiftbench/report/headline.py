@@ -256,7 +256,47 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
             f"conditions and severities; n = samples per condition (hover a cell for details).{ci}")
-    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note}
+    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
+            "pairs": _pairs(models, metric, pct, rows, groups, unc)}
+
+
+def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[str, Any]],
+           groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]], unc: Any) -> dict[str, Any] | None:
+    """Each model against the run's first model on the same samples (paired): the difference on clean and on
+    each headline column, its 95% CI and p-value (exact McNemar for top-1/top-5 on one condition, else a
+    paired bootstrap), ≈ where the CI contains 0. None without per-sample values or with one model."""
+    if unc is None or len(models) < 2 or not all(unc.has(m, metric) for m in models):
+        return None
+    base = models[0]
+    clean = [(c["shift"], c["params"], int(c["severity"])) for c in rows
+             if c["metric"] == metric and c["shift"] == CLEAN and c["model"] == base][:1]
+    cols = [("clean", clean)] + [(head, _conditions([r for r in grows if r["model"] == base]))
+                                 for _, _, head, grows in groups]
+    cols = [(head, conds) for head, conds in cols if conds]
+    scale = 100.0 if pct else 1.0
+    digits = 1 if pct else 3
+    out = []
+    for model in models[1:]:
+        cells = []
+        for head, conds in cols:
+            cmp = unc.compare(base, model, metric, conds)
+            if not cmp or cmp.get("diff") is None:
+                cells.append({"text": "–", "title": "", "cls": ""})
+                continue
+            d = scale * cmp["diff"]
+            ci = (f"[{scale * cmp['low']:+.{digits}f}, {scale * cmp['high']:+.{digits}f}]"
+                  if cmp.get("low") is not None and cmp.get("high") is not None else "")
+            p = cmp.get("p_value")
+            noise = bool(cmp.get("noise"))
+            cells.append({"text": f"{d:+.{digits}f}" + (" ≈" if noise else ""), "ci": ci,
+                          "title": f"{model} minus {base}, {metric} under {head}: paired over n = {cmp.get('n')} "
+                                   f"samples" + (f"; 95% CI {ci}" if ci else "") + (f", p = {p:.3g}" if p is not None else "")
+                                   + ("; within noise" if noise else ""),
+                          "cls": "noise" if noise else ("up" if d > 0 else "down" if d < 0 else "")})
+        out.append({"label": f"{model} − {base}", "cells": cells})
+    return {"base": base, "heads": [h for h, _ in cols], "rows": out,
+            "note": f"Each model minus {base} on the same samples (paired), {metric}{' in points' if pct else ''}: "
+                    "the difference, its 95% CI (second line) and p-value (hover); ≈ = within noise."}
 
 
 def _mce_cells(model: str, corr: Sequence[dict[str, Any]], index: dict) -> list[dict[str, Any]]:
