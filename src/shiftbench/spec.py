@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from .errors import ShiftbenchError, SpecError, UnknownNameError
 
@@ -144,10 +144,7 @@ def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
     where = _where(source, "quality")
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected a mapping with keys {', '.join(QUALITY_KEYS)}; got {value!r}")
-    for key in value:
-        if key not in QUALITY_KEYS:
-            raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), list(QUALITY_KEYS))}; "
-                            f"known keys: {', '.join(QUALITY_KEYS)}")
+    _known_keys(value, QUALITY_KEYS, lambda key: f"{where}.{key}")
     metrics = value.get("metrics", ["lpips", "dino_distance", "fid"])
     if isinstance(metrics, str):
         metrics = [metrics]
@@ -204,6 +201,13 @@ def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
     return {"name": name, **{k: value[k] for k in ("address", "workers", "shard_size") if value.get(k) is not None}}
 
 
+def _known_keys(mapping: dict, known: Sequence[str], where: Callable[[Any], str]) -> None:
+    """Refuse the first key of ``mapping`` not in ``known``, in one line with a did-you-mean and the known keys."""
+    for key in mapping:
+        if key not in known:
+            raise SpecError(f"{where(key)}: unknown key{_suggest(str(key), list(known))}; known keys: {', '.join(known)}")
+
+
 def _where(source: str | None, key: str) -> str:
     return f"{source + ': ' if source else ''}{key}"
 
@@ -245,10 +249,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         spec = _read_yaml(Path(spec))
     if not isinstance(spec, dict):
         raise SpecError(f"{source or 'spec'}: the spec must be a mapping of keys to values, got {type(spec).__name__}")
-    for key in spec:
-        if key not in TOP_KEYS:
-            raise SpecError(f"{_where(source, str(key))}: unknown key{_suggest(str(key), list(TOP_KEYS))}; "
-                            f"known keys: {', '.join(TOP_KEYS)}")
+    _known_keys(spec, TOP_KEYS, lambda key: _where(source, str(key)))
     for key in ("dataset", "models", "shifts", "metrics"):
         if key not in spec or spec[key] in (None, [], ""):
             raise SpecError(f"{_where(source, key)}: missing (required: dataset, models, shifts, metrics)")
