@@ -61,6 +61,16 @@ class KillFirstLogged:
         self.thread.join()
 
 
+def count_in(db: Path, query: str) -> int | None:
+    """The number a ``SELECT COUNT(*)`` query gives on a store another process is writing (None while it
+    is locked or not created yet)."""
+    try:
+        with sqlite3.connect(db, timeout=1) as conn:
+            return int(conn.execute(query).fetchone()[0])
+    except sqlite3.Error:
+        return None
+
+
 def row_key(rows: list[dict[str, Any]]) -> list[tuple]:
     """Rows as comparable tuples (run ids left out; values rounded to 12 significant digits)."""
     return sorted((r["model"], r["dataset"], r["shift"], json.dumps(r["params"], sort_keys=True), r["severity"],

@@ -298,12 +298,11 @@ def test_a_run_killed_during_its_quality_step_computes_it_on_resume(tmp_path):
     network): the store holds no half quality, and the resume computes exactly the reference's."""
     import json
     import signal
-    import sqlite3
     import subprocess
     import sys
     import time
 
-    from e2e import HERE, SRC
+    from e2e import HERE, SRC, count_in
 
     spec = _quality_spec()
     ref = tmp_path / "ref.db"
@@ -319,12 +318,7 @@ def test_a_run_killed_during_its_quality_step_computes_it_on_resume(tmp_path):
             assert proc.poll() is None, f"the child ended (exit {proc.returncode}) before its quality step"
             assert time.time() < deadline, "the child never finished its conditions"
             time.sleep(0.05)
-            try:
-                with sqlite3.connect(db, timeout=1) as conn:
-                    done = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'done'").fetchone()[0]
-            except sqlite3.Error:
-                continue
-            if done:  # conditions finished: the child is in its quality step (2 s per feature call)
+            if count_in(db, "SELECT COUNT(*) FROM runs WHERE status = 'done'"):  # conditions finished: the child is in its quality step (2 s per feature call)
                 time.sleep(0.5)
                 break
     finally:

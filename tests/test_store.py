@@ -15,6 +15,7 @@ import pytest
 from shiftbench.engine.store import ConditionKey, Store
 from shiftbench.errors import StoreError
 
+from e2e import count_in
 from store_writer import expected_value
 
 HERE = Path(__file__).parent
@@ -57,10 +58,8 @@ def test_sigkill_mid_run_then_resume(tmp_path):
         target = 3 + 8 * kills
         while time.time() < deadline:
             time.sleep(0.02)
-            try:
-                with sqlite3.connect(db, timeout=1) as conn:
-                    n = conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
-            except sqlite3.Error:
+            n = count_in(db, "SELECT COUNT(*) FROM batches")
+            if n is None:
                 continue
             if n >= target * batches // 2 or proc.poll() is not None:
                 break
