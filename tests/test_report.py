@@ -418,3 +418,12 @@ def test_models_compared_pairwise_on_the_same_samples(demo_like):
         assert ("≈" in line["cells"][0]["text"]) == (low <= 0 <= high)
     # without per-sample values there is no comparison (and no made-up interval)
     assert headline(rows, tables, ["top1", "ece"], None)["pairs"] is None
+
+
+def test_report_bytes_are_reproducible(demo_like, tmp_path):
+    """The bootstrap is seeded by the run: building the report again gives the same bytes, CIs included."""
+    again = build_report(demo_like["store"], tmp_path / "again", run_id=demo_like["runs"])
+    assert again.read_bytes() == demo_like["html"].read_bytes()
+    assert "95% CI [" in again.read_text(encoding="utf-8")
+    for name in ("run1_tables.csv", "run1_tables.md", "run2_retrieval.md"):
+        assert (tmp_path / "again" / name).read_bytes() == (demo_like["html"].parent / name).read_bytes(), name
