@@ -59,7 +59,7 @@ def test_worst_condition_per_family_and_change():
     assert s["holds"] is True and all(s["ordering"].values())
     md = to_markdown(s)
     assert "| color | background | 2 | 83.0 | -14.0 | background_color (color=blue) s5 | 81.0 | -16.0 |" in md
-    assert "- color ~ texture: holds" in md and "the ordering holds" in md
+    assert "- color ~ texture: ours holds, paper holds" in md and "ours: the ordering holds" in md
     assert [s["families"][f]["role"] for f in ("adversarial", "object_only")] == ["attack", "control"]
 
 
@@ -70,7 +70,8 @@ def test_ordering_failures_and_missing_families():
     s = summarise(_rows(broken))
     assert s["ordering"]["color, texture >> adversarial"] is False
     assert s["ordering"]["class_label >= caption"] is False
-    assert s["holds"] is False and "does not hold" in to_markdown(s)
+    assert s["holds"] is False and "ours: the ordering does not hold" in to_markdown(s)
+    assert s["paper"]["holds"] is True  # the paper's verdict does not move with ours
     only = summarise(_rows({k: v for k, v in PAPERLIKE.items() if k[0] in ("clean", "background_color")}))
     assert only["holds"] is None and only["ordering"]["color ~ texture"] is None
     assert family_of("background_inpaint", {"prompt": "texture3"}) == "texture"
@@ -122,15 +123,22 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     for s in strings_of(summary["blocks"]):
         assert "**" not in s and "`" not in s, s
     ordering = [b for b in summary["blocks"] if b["kind"] == "list"]
-    assert len(ordering) == 1 and ordering[0]["items"][-1].startswith("color, texture >> adversarial: ")
+    assert len(ordering) == 1 and ordering[0]["items"][-1].startswith("color, texture >> adversarial: ours ")
     table = next(b for b in summary["blocks"] if b["kind"] == "table")
     by_family = {cell_text(r[0]): r for r in table["rows"]}
     change = 100 * (top1["background_only"] - top1["clean"])
     assert cell_text(by_family["background_only"][4]) == f"{change:+.1f}" and change < 0
     assert by_family["background_only"][4]["cls"] == "down" and "n = 6 images" in by_family["background_only"][4]["title"]
     assert cell_text(by_family["object_only"][1]) == "control"
-    # one model: the family table is already per model, so no second table repeats it
-    assert [b["kind"] for b in summary["blocks"]].count("table") == 1
+    # one model: the family table is already per model, so no per-model table repeats it (the second is ours vs
+    # the paper)
+    assert [b["kind"] for b in summary["blocks"]].count("table") == 2
+    side = [b for b in summary["blocks"] if b["kind"] == "table"][1]
+    assert side["head"][:3] == ["family", "our worst condition", "ours top1"]
+    by_row = {cell_text(r[0]): [cell_text(c) for c in r] for r in side["rows"]}
+    # one model, the attack's own source: its rows are all white-box, none transfer
+    assert by_row["adversarial white-box"][2] == f"{100 * top1['adversarial_texture']:.1f}"
+    assert by_row["adversarial transfer"][1:4] == ["–", "–", "–"]
     # the Markdown export parses back to the same cells
     parsed = [b for b in markdown_blocks(blocks_to_markdown(summary["blocks"])) if b["kind"] == "table"]
     mine = [b for b in summary["blocks"] if b["kind"] == "table"]
@@ -161,6 +169,112 @@ def test_a_background_that_lowers_accuracy_has_a_negative_change():
     assert color["per_model"]["a"]["change"] == pytest.approx(-0.4)
     table = next(b for b in summary_blocks(rows) if b["kind"] == "table")
     assert table["head"][4] == "mean change against clean" and cell_text(table["rows"][0][4]) == "-30.0"
-    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][1]
+    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][2]  # after ours vs the paper
     assert per_model["head"] == ["family", "role", "a", "b"]
     assert [cell_text(c) for c in per_model["rows"][0]] == ["color", "background", "50.0 (-40.0)", "60.0 (-20.0)"]
+
+
+# ---- the paper's Table 1 beside ours (issue 16 item 4) ----
+
+def _side(blocks: list[dict]) -> dict[str, list[str]]:
+    i = next(i for i, b in enumerate(blocks) if b["kind"] == "heading" and b["text"] == "Ours vs the paper")
+    table = next(b for b in blocks[i:] if b["kind"] == "table")
+    return {cell_text(r[0]): [cell_text(c) for c in r] for r in table["rows"]}
+
+
+def test_side_by_side_values_equal_the_constants_and_our_rows():
+    from shiftbench.report import objectcompose as oc
+
+    rows = _rows(PAPERLIKE)
+    s = summarise(rows)
+    side = _side(summary_blocks(rows))
+    for key, paper_key in (("clean", "clean"), ("class_label", "class_label"), ("caption", "caption"),
+                           ("color", "color"), ("texture", "texture"), ("adversarial (all models)", "adversarial")):
+        assert side[key][4] == f"{oc.PAPER_TABLE1[paper_key]:.2f}"
+        if key != "clean":
+            assert side[key][5] == f"{oc.PAPER_TABLE1[paper_key] - oc.PAPER_TABLE1['clean']:+.2f}"
+            assert s["paper"]["families"][paper_key]["value"] == pytest.approx(oc.PAPER_TABLE1[paper_key] / 100)
+    # ours: the worst condition of the model mean and its change, from the rows themselves
+    assert side["color"][1:4] == ["background_color (color=blue) s5", "81.0", "-16.0"]
+    assert side["clean"][2] == "97.0" and side["clean"][6] == "10"
+    assert side["adversarial (all models)"][2:4] == ["22.5", "-74.5"]
+    assert "scene" not in side  # neither we nor the paper have it here
+    assert side["adversarial white-box"][4:6] == ["–", "–"]  # the paper reports only the mean over 7
+    # the export round-trips to the same cells
+    blocks = summary_blocks(rows)
+    parsed = [b for b in markdown_blocks(blocks_to_markdown(blocks)) if b["kind"] == "table"]
+    mine = [b for b in blocks if b["kind"] == "table"]
+    assert [b["head"] for b in parsed] == [b["head"] for b in mine]
+    assert [b["rows"] for b in parsed] == [[[cell_text(c) for c in r] for r in b["rows"]] for b in mine]
+    for text in strings_of(blocks):
+        assert "**" not in text and "`" not in text and not text.startswith("#"), text
+
+
+def test_both_verdicts_are_computed_by_the_same_rule(monkeypatch):
+    from shiftbench.report import objectcompose as oc
+
+    s = summarise(_rows(PAPERLIKE))
+    assert s["paper"]["ordering"] == oc._ordering({k: v / 100 for k, v in oc.PAPER_TABLE1.items() if k != "clean"})
+    assert s["paper"]["holds"] is True and all(s["paper"]["ordering"].values())
+    items = next(b for b in summary_blocks(_rows(PAPERLIKE)) if b["kind"] == "list")["items"]
+    assert "class_label >= caption: ours holds, paper holds" in items
+    # a different paper constant flips the paper's verdict, and only it
+    monkeypatch.setitem(oc.PAPER_TABLE1, "caption", 96.0)
+    monkeypatch.setitem(oc.PAPER_TABLE1, "adversarial", 70.0)
+    s = summarise(_rows(PAPERLIKE))
+    assert s["paper"]["ordering"]["class_label >= caption"] is False
+    assert s["paper"]["ordering"]["color, texture >> adversarial"] is False
+    assert s["paper"]["holds"] is False and s["holds"] is True
+    blocks = summary_blocks(_rows(PAPERLIKE))
+    items = next(b for b in blocks if b["kind"] == "list")["items"]
+    assert "class_label >= caption: ours holds, paper does not hold" in items
+    assert _side(blocks)["caption"][4:6] == ["96.00", "-1.71"]
+    assert "the paper's Table 1: the ordering does not hold" in " ".join(strings_of(blocks))
+
+
+def test_adversarial_split_by_the_attacks_source_model():
+    from shiftbench.report.objectcompose import attack_source
+
+    assert attack_source("adversarial_texture", {}) == "efficientnet_lite0"
+    assert attack_source("adversarial_texture", {"model": "b"}) == "b"
+    assert attack_source("adversarial_diffusion", {"model": "sd-inpaint", "classifier": "a"}) == "a"
+    assert attack_source("background_color", {"color": "red"}) is None
+    values = {("clean", ()): (0.9, 0.8),
+              ("adversarial_texture", (("model", "a"),)): (0.1, 0.7),  # white-box for a, transfer for b
+              ("adversarial_diffusion", (("classifier", "b"), ("prompt", "class_label"))): (0.6, 0.2)}
+    s = summarise(_rows(values))
+    wb, tr = s["adversarial_whitebox"], s["adversarial_transfer"]
+    assert wb["models"] == ["a", "b"] and tr["models"] == ["a", "b"]
+    assert wb["mean"] == pytest.approx((0.1 + 0.2) / 2) and tr["mean"] == pytest.approx((0.7 + 0.6) / 2)
+    assert wb["worst"] == "adversarial_texture (model=a) s5" and wb["value"] == pytest.approx(0.1)
+    assert wb["change"] == pytest.approx(0.1 - 0.9)  # against the attacked model's own clean
+    assert tr["worst"].startswith("adversarial_diffusion") and tr["change"] == pytest.approx(0.6 - 0.9)
+    # the whole family (the paper's definition, all models) is what the ordering reads
+    assert s["families"]["adversarial"]["value"] == pytest.approx(0.4)
+    side = _side(summary_blocks(_rows(values)))
+    assert side["adversarial white-box"][2:4] == ["10.0", "-80.0"]
+    assert side["adversarial transfer"][2:4] == ["60.0", "-30.0"]
+    # default source: efficientnet_lite0 is white-box, the other models transfer
+    rows = [dict(model=m, shift=sh, params={}, severity=0 if sh == "clean" else 5, metric="top1", value=v, n=4)
+            for m, sh, v in (("efficientnet_lite0", "clean", 0.5), ("efficientnet_lite1", "clean", 0.6),
+                             ("efficientnet_lite0", "adversarial_texture", 0.0),
+                             ("efficientnet_lite1", "adversarial_texture", 0.55))]
+    s = summarise(rows)
+    assert s["adversarial_whitebox"]["models"] == ["efficientnet_lite0"] and s["adversarial_whitebox"]["value"] == 0.0
+    assert s["adversarial_transfer"]["models"] == ["efficientnet_lite1"]
+    assert s["adversarial_transfer"]["change"] == pytest.approx(0.55 - 0.6)
+
+
+def test_attack_source_defaults_match_the_shifts():
+    import inspect
+
+    from shiftbench.report.objectcompose import ATTACK_SOURCE
+    from shiftbench.shifts.background.adversarial import AdversarialTexture
+
+    key, default = ATTACK_SOURCE["adversarial_texture"]
+    assert inspect.signature(AdversarialTexture.__init__).parameters[key].default == default
+    pytest.importorskip("diffusers")
+    from shiftbench.shifts.background.diffusion import AdversarialDiffusion
+
+    key, default = ATTACK_SOURCE["adversarial_diffusion"]
+    assert inspect.signature(AdversarialDiffusion.__init__).parameters[key].default == default

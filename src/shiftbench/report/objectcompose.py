@@ -16,6 +16,12 @@ headline shows) and ``worst`` (the paper's Table 1: the worst prompt of the mean
 The ordering checks use the worst values: ``>=`` and ``>`` literally, ``~`` as within ``SIMILAR``
 (5 points), ``>>`` as at least ``FAR`` (20 points) lower.
 
+The paper's Table 1 (``PAPER_TABLE1``) sits beside ours: the same ``_ordering`` function decides the
+ordering on our worst values and on the paper's, so both verdicts are computed. The adversarial family is
+also split by the attack's source model (``ATTACK_SOURCE``): the attacked model's rows are white-box, every
+other model's rows are transfer. The ordering check keeps the paper's definition of the adversarial family
+(the mean over all classifiers, white-box and transfer together: the paper attacks one of its seven).
+
 >>> rows = [dict(model="m", shift="clean", params={}, severity=0, metric="top1", value=0.9, n=10),
 ...         dict(model="m", shift="background_color", params={"color": "red"}, severity=5, metric="top1", value=0.7, n=10),
 ...         dict(model="m", shift="background_color", params={"color": "blue"}, severity=5, metric="top1", value=0.6, n=10)]
@@ -35,8 +41,9 @@ from typing import Any, Iterable
 
 from .blocks import blocks_to_markdown, cell
 
-__all__ = ["family_of", "role_of", "summarise", "summary_blocks", "blocks_from_summary", "to_markdown",
-           "write_summary", "FAMILY_ORDER", "ROLES", "SIMILAR", "FAR", "TITLE"]
+__all__ = ["family_of", "role_of", "attack_source", "summarise", "summary_blocks", "blocks_from_summary",
+           "to_markdown", "write_summary", "FAMILY_ORDER", "ROLES", "SIMILAR", "FAR", "TITLE", "PAPER_TABLE1",
+           "ATTACK_SOURCE", "SIDE_BY_SIDE"]
 
 FAMILY_ORDER = ("class_label", "caption", "scene", "color", "texture", "custom", "adversarial", "object_only",
                 "background_only")
@@ -44,6 +51,27 @@ ROLES = {"adversarial": "attack", "object_only": "control", "background_only": "
 SIMILAR = 0.05
 FAR = 0.20
 TITLE = "ObjectCompose summary"
+
+# Source: ObjectCompose paper, Table 1, ImageNet-B_1000, top-1 in percent, mean of 7 classifiers
+# (ViT-T, ViT-S, Res-50, Res-152, Dense-161, Swin-T, Swin-S); each family is its worst prompt. The
+# adversarial background is optimised against Res-50 and scored on all seven (mostly transfer).
+PAPER_TABLE1: dict[str, float] = {"clean": 97.71, "class_label": 94.70, "caption": 91.08, "color": 83.37,
+                                  "texture": 81.55, "adversarial": 21.65}
+PAPER_NAME = "ObjectCompose Table 1 (ImageNet-B_1000, mean of 7 classifiers)"
+
+# The attack's source model: the shift param that names it and its default when the spec leaves it out
+# (adversarial_texture(model=...), adversarial_diffusion(classifier=...); test_report_objectcompose checks
+# these defaults against the shifts' signatures).
+ATTACK_SOURCE: dict[str, tuple[str, str]] = {"adversarial_texture": ("model", "efficientnet_lite0"),
+                                             "adversarial_diffusion": ("classifier", "efficientnet_lite0")}
+
+# The side-by-side rows: (row key, our family, part of the adversarial family or None, paper key or None)
+SIDE_BY_SIDE: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("clean", "clean", None, "clean"), ("class_label", "class_label", None, "class_label"),
+    ("caption", "caption", None, "caption"), ("scene", "scene", None, None), ("color", "color", None, "color"),
+    ("texture", "texture", None, "texture"), ("adversarial (all models)", "adversarial", None, "adversarial"),
+    ("adversarial white-box", "adversarial", "whitebox", None),
+    ("adversarial transfer", "adversarial", "transfer", None))
 
 
 def family_of(shift: str, params: dict[str, Any] | None) -> str | None:
@@ -57,6 +85,16 @@ def family_of(shift: str, params: dict[str, Any] | None) -> str | None:
         return family if family in ("class_label", "caption", "color", "texture") else "custom"
     return {"background_color": "color", "background_texture": "texture", "background_scene": "scene",
             "object_only": "object_only", "background_only": "background_only"}.get(shift)
+
+
+def attack_source(shift: str, params: dict[str, Any] | None) -> str | None:
+    """The model an adversarial condition optimises against (white-box for it, transfer for the rest), or
+    None for a shift that is no attack or a source given as an object rather than a registered name."""
+    if shift not in ATTACK_SOURCE:
+        return None
+    key, default = ATTACK_SOURCE[shift]
+    source = (params or {}).get(key, default)
+    return source if isinstance(source, str) and source != "custom" else None
 
 
 def role_of(family: str) -> str:
@@ -81,10 +119,16 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
     Returns ``{"metric", "clean", "clean_per_model", "n_per_model", "families": {family: {"role",
     "conditions", "mean", "mean_change", "worst", "value", "change", "per_model": {model: {"mean",
     "mean_change", "worst", "value", "change", "n"}}}}, "ordering": {check: True | False | None},
-    "holds": bool | None}``; ``value`` / ``change`` are the worst condition's (the paper's Table 1).
+    "holds": bool | None, "adversarial_whitebox", "adversarial_transfer", "paper"}``; ``value`` / ``change``
+    are the worst condition's (the paper's Table 1), ``n`` its distinct sample counts and ``models`` how many
+    models its mean covers. ``adversarial_whitebox`` / ``adversarial_transfer``: ``{"conditions", "models",
+    "mean", "mean_change", "worst", "value", "change", "n"}`` over the attacked model's rows / every other
+    model's rows (None when there are none). ``paper``: ``{"source", "clean", "families": {family: {"value",
+    "change"}}, "ordering", "holds"}`` from ``PAPER_TABLE1``, its ordering computed like ours.
     """
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)  # (condition, family) -> model -> value
     counts: dict[tuple[str, str], int] = {}  # (condition, model) -> n
+    sources: dict[str, str | None] = {}  # adversarial condition -> its source model
     clean: dict[str, float] = {}
     clean_n: dict[str, int] = {}
     for r in rows:
@@ -102,6 +146,8 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
             label = _label(r["shift"], params, int(r.get("severity") or 0))
             values[(label, family)][r["model"]] = float(r["value"])
             counts[(label, r["model"])] = int(r.get("n") or 0)
+            if family == "adversarial":
+                sources[label] = attack_source(r["shift"], params)
     models = sorted(clean)
     clean_mean = sum(clean.values()) / len(clean) if clean else None
     by_family: dict[str, list[tuple[str, dict[str, float]]]] = defaultdict(list)
@@ -112,7 +158,7 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
         conditions = by_family[family]
         entry: dict[str, Any] = {"role": role_of(family), "conditions": [label for label, _ in conditions],
                                  "mean": None, "mean_change": None, "worst": None, "value": None, "change": None,
-                                 "per_model": {}}
+                                 "n": [], "models": 0, "per_model": {}}
         means = []
         for label, per_model in conditions:
             # the model mean of a condition over the models that have a clean value too, so its change is fair
@@ -120,7 +166,8 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
             mean = sum(per_model[m] for m in shared) / len(shared)
             means.append(mean)
             if entry["value"] is None or mean < entry["value"]:  # ties keep the first (spec order)
-                entry.update(worst=label, value=mean, change=_sub(mean, clean_mean))
+                entry.update(worst=label, value=mean, change=_sub(mean, clean_mean), n=_ns(counts, label, shared),
+                             models=len(shared))
         entry["mean"] = sum(means) / len(means)
         entry["mean_change"] = _sub(entry["mean"], clean_mean)
         for m in sorted({m for _, pm in conditions for m in pm}):
@@ -131,10 +178,59 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
                                      "worst": worst_label, "value": worst, "change": _sub(worst, clean.get(m)),
                                      "n": counts.get((own[0][0], m))}
         families[family] = entry
+    split = {part: _attack_part(by_family.get("adversarial", []), sources, clean, counts, part)
+             for part in ("whitebox", "transfer")}
     ordering = _ordering({f: e["value"] for f, e in families.items()})
-    decided = [v for v in ordering.values() if v is not None]
+    paper = {f: v / 100.0 for f, v in PAPER_TABLE1.items()}
+    paper_ordering = _ordering({f: v for f, v in paper.items() if f != "clean"})
     return {"metric": metric, "clean": clean_mean, "clean_per_model": clean, "n_per_model": clean_n,
-            "families": families, "ordering": ordering, "holds": all(decided) if decided else None}
+            "families": families, "ordering": ordering, "holds": _verdict(ordering),
+            "adversarial_whitebox": split["whitebox"], "adversarial_transfer": split["transfer"],
+            "paper": {"source": PAPER_NAME, "clean": paper["clean"],
+                      "families": {f: {"value": v, "change": v - paper["clean"]}
+                                   for f, v in paper.items() if f != "clean"},
+                      "ordering": paper_ordering, "holds": _verdict(paper_ordering)}}
+
+
+def _ns(counts: dict[tuple[str, str], int], label: str, models: Iterable[str]) -> list[int]:
+    """The distinct sample counts of a condition over ``models`` (one number when every model saw the same)."""
+    return sorted({counts[(label, m)] for m in models if counts.get((label, m))})
+
+
+def _verdict(ordering: dict[str, bool | None]) -> bool | None:
+    decided = [v for v in ordering.values() if v is not None]
+    return all(decided) if decided else None
+
+
+def _attack_part(conditions: list[tuple[str, dict[str, float]]], sources: dict[str, str | None],
+                 clean: dict[str, float], counts: dict[tuple[str, str], int], part: str) -> dict[str, Any] | None:
+    """The white-box or transfer part of the adversarial family: per condition, the mean over the models that
+    part takes (the source model for white-box, every other model for transfer); the family's mean and worst
+    condition over those, and the change against the same models' clean mean. None when no row belongs."""
+    means: list[tuple[float, float | None]] = []
+    entry: dict[str, Any] = {"conditions": [], "models": [], "mean": None, "mean_change": None, "worst": None,
+                             "value": None, "change": None, "n": []}
+    for label, per_model in conditions:
+        source = sources.get(label)
+        if source is None:
+            continue  # an unnamed source model: neither part can be told
+        chosen = sorted(m for m in per_model if (m == source) == (part == "whitebox"))
+        if not chosen:
+            continue
+        mean = sum(per_model[m] for m in chosen) / len(chosen)
+        own_clean = [clean[m] for m in chosen if m in clean]
+        base = sum(own_clean) / len(own_clean) if len(own_clean) == len(chosen) else None
+        means.append((mean, base))
+        entry["conditions"].append(label)
+        entry["models"] = sorted(set(entry["models"]) | set(chosen))
+        if entry["value"] is None or mean < entry["value"]:
+            entry.update(worst=label, value=mean, change=_sub(mean, base), n=_ns(counts, label, chosen))
+    if not means:
+        return None
+    entry["mean"] = sum(m for m, _ in means) / len(means)
+    bases = [b for _, b in means]
+    entry["mean_change"] = None if None in bases else entry["mean"] - sum(bases) / len(bases)
+    return entry
 
 
 def _ordering(v: dict[str, float]) -> dict[str, bool | None]:
@@ -171,6 +267,70 @@ def _change_cell(x: float | None, n_text: str) -> str | dict[str, Any]:
     return cell(_signed(x), f"shifted - clean; {n_text}", "down" if x < 0 else ("up" if x > 0 else None))
 
 
+def _word(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("holds" if ok else "does not hold")
+
+
+def _overall(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("the ordering holds" if ok else "the ordering does not hold")
+
+
+def _n_cell(ns: list[int] | None, models: int | list[str] | None) -> str | dict[str, Any]:
+    if not ns:
+        return "–"
+    k = models if isinstance(models, int) else len(models or [])
+    return cell("/".join(str(n) for n in ns), f"images per model and condition; {k} model{'s' if k != 1 else ''}")
+
+
+def _side_by_side_blocks(summary: dict[str, Any], n_text: str) -> list[dict[str, Any]]:
+    """The table "ours vs the paper": per family our worst condition and its change against clean beside the
+    paper's Table 1 value and its change against the paper's clean, and n."""
+    paper = summary.get("paper") or {}
+    metric = summary["metric"]
+    rows = []
+    for key, family, part, paper_key in SIDE_BY_SIDE:
+        if family == "clean":
+            ours = {"worst": "clean", "value": summary["clean"], "change": None,
+                    "n": sorted(set(summary.get("n_per_model", {}).values()) - {0}),
+                    "models": len(summary["clean_per_model"])}
+        elif part is not None:
+            ours = summary.get(f"adversarial_{part}")
+        else:
+            ours = summary["families"].get(family)
+        if paper_key is None:
+            p_value = p_change = None
+            why = ("ours only: the compose stand-in for the natural prompts" if family == "scene" else
+                   "the paper reports the mean over its 7 classifiers only (the attacked Res-50 among them)")
+        elif paper_key == "clean":
+            p_value, p_change, why = paper.get("clean"), None, paper.get("source", "")
+        else:
+            pf = paper.get("families", {}).get(paper_key, {})
+            p_value, p_change, why = pf.get("value"), pf.get("change"), paper.get("source", "")
+        if ours is None and p_value is None and not (part and "adversarial" in summary["families"]):
+            continue  # neither side has the row: nothing to compare (an empty split part still shows as "–")
+        ours = ours or {}
+        models = ours.get("models")
+        model_note = (f"; models: {', '.join(models)}" if isinstance(models, list) and models else "")
+        rows.append([key, ours.get("worst") or "–",
+                     "–" if ours.get("value") is None else cell(_pct(ours["value"]), f"worst condition; {n_text}"
+                                                                + model_note),
+                     _change_cell(ours.get("change"), n_text) if family != "clean" else "–",
+                     "–" if p_value is None else cell(f"{100 * p_value:.2f}", why),
+                     cell("–", why) if p_change is None and p_value is None else (
+                         "–" if p_change is None else cell(f"{100 * p_change:+.2f}", "paper value - paper clean",
+                                                           "down" if p_change < 0 else None)),
+                     _n_cell(ours.get("n"), models)])
+    return [{"kind": "heading", "text": "Ours vs the paper"},
+            {"kind": "text", "text": f"{metric} in percent. Ours: the family's worst condition (mean over the models) "
+                                     "and its change against our clean; the paper: its Table 1 value (the worst prompt, "
+                                     "mean of 7 classifiers, ImageNet-B_1000) and its change against the paper's clean. "
+                                     "The adversarial family is split by the attack's source model: white-box rows are "
+                                     "the attacked model's, transfer rows every other model's. n: images per model and "
+                                     "condition."},
+            {"kind": "table", "head": ["family", "our worst condition", f"ours {metric}", "ours change",
+                                       f"paper {metric}", "paper change", "n"], "rows": rows}]
+
+
 def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary as report blocks (contract: heading / text / list / table; plain strings, no Markdown)."""
     metric = summary["metric"]
@@ -197,16 +357,21 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
                               cell(_pct(e["mean"]), f"mean of {k} condition{'s' if k != 1 else ''}; {n_text}"),
                               _change_cell(e["mean_change"], n_text), e["worst"],
                               cell(_pct(e["value"]), n_text), _change_cell(e["change"], n_text)])
+    blocks += _side_by_side_blocks(summary, n_text)
+    paper = summary.get("paper") or {}
+    paper_ordering = paper.get("ordering", {})
     blocks.append({"kind": "heading", "text": "The paper's ordering"})
     blocks.append({"kind": "text", "text": "Class label >= caption > colour ~ texture >> adversarial, on the worst "
                                            "values; scene stands in for the natural prompts on the compose backend; "
                                            f"~ means within {100 * SIMILAR:.0f} points, >> at least {100 * FAR:.0f} "
-                                           "points lower. Controls take no part."})
-    blocks.append({"kind": "list", "items": [f"{check}: " + ("n/a" if ok is None else ("holds" if ok else "does not hold"))
+                                           "points lower. Controls take no part. The adversarial family is all models "
+                                           "together, as the paper scores its attack on all seven classifiers. Each "
+                                           "check is computed on our values and on the paper's Table 1 by the same "
+                                           "rule."})
+    blocks.append({"kind": "list", "items": [f"{check}: ours {_word(ok)}, paper {_word(paper_ordering.get(check))}"
                                              for check, ok in summary["ordering"].items()]})
-    verdict = summary["holds"]
-    blocks.append({"kind": "text", "text": "Overall: " + ("n/a" if verdict is None else
-                                                          ("the ordering holds" if verdict else "the ordering does not hold"))})
+    blocks.append({"kind": "text", "text": f"Overall, ours: {_overall(summary['holds'])}; the paper's Table 1: "
+                                           f"{_overall(paper.get('holds'))}."})
     models = sorted({m for e in summary["families"].values() for m in e["per_model"]})
     if len(models) > 1:  # with one model the table above already is the per-model one
         blocks.append({"kind": "heading", "text": "Per model (family mean, change against clean)"})
