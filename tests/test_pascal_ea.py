@@ -76,7 +76,8 @@ def test_blocks_one_sign_convention_n_per_cell_and_no_markdown():
     assert [h for h in headings if "severity" in h] == ["miou change against clean (shifted − clean, points), severity 5",
                                                         "miou change against clean (shifted − clean, points), severity 1"]
     assert tables[0]["head"] == ["model", "clean miou", "paper (material)", "sketch (style)", "mean change"]
-    assert _texts(tables[0]) == [["a", "80.0", "-30.0", "-50.0", "-40.0"], ["b", "60.0", "–", "-10.0", "-10.0"]]
+    assert _texts(tables[0]) == [["a", "80.0", "-30.0", "-50.0", "-40.0"], ["b", "60.0", "–", "-10.0", "-10.0"],
+                                 ["paper (mean of 11 models)", "–", "-31.2", "-56.5", "-43.9"]]
     assert _texts(tables[1])[0] == ["a", "80.0", "-15.0", "-25.0", "-20.0"]
     b_sketch = tables[0]["rows"][1][3]
     assert b_sketch["title"].startswith("n = 7") and "50.0 under sketch, 60.0 clean" in b_sketch["title"]
@@ -245,3 +246,58 @@ def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch
     visible = htmllib.unescape(re.sub(r"<[^>]+>", " ", section))
     assert "**" not in visible and "`" not in visible
     assert (tmp_path / "rep" / "pascal_ea.md").exists() and (tmp_path / "rep" / "pascal_ea_quality.csv").exists()
+
+
+# ---- the paper's Table 1 beside ours (issue 16 item 4) ----
+
+def test_paper_row_equals_the_constants_and_our_rows_stay():
+    from shiftbench.report import pascal_ea as pe
+    from shiftbench.report.blocks import strings_of
+    from shiftbench.report.build import markdown_blocks
+
+    rows = _rows()
+    for value in ("violet", "wood", "dotted", "snowy"):  # one attribute of every family, model a only
+        family = next(f for f, v in pe.ATTRIBUTE_COLUMNS if v == value)
+        rows.append({"model": "a", "shift": f"attribute_{family}", "params": {family: value}, "severity": 5,
+                     "metric": "miou", "value": 0.75, "n": 8})
+    blocks = pascal_blocks(rows)
+    table = next(b for b in blocks if b["kind"] == "table")
+    columns = [h.split(" (")[0] for h in table["head"][2:-1]]
+    assert columns == ["violet", "wood", "paper", "dotted", "snowy", "sketch"]
+    paper = _texts(table)[-1]
+    assert paper[0] == pe.PAPER_ROW and paper[2:-1] == [f"{pe.PAPER_TABLE1[c]:+.1f}" for c in columns]
+    assert paper[-1] == f"{sum(pe.PAPER_TABLE1[c] for c in columns) / len(columns):+.1f}"
+    t = table1(rows)
+    assert _texts(table)[0][2:-1] == [f"{t['cells']['a'][c]:+.1f}" for c in columns]
+    # the Markdown export parses back to the same table; no Markdown inside the blocks
+    parsed = [b for b in markdown_blocks(blocks_markdown(blocks)) if b["kind"] == "table"]
+    mine = [b for b in blocks if b["kind"] == "table"]
+    assert [b["head"] for b in parsed] == [b["head"] for b in mine]
+    assert [b["rows"] for b in parsed] == [_texts(b) for b in mine]
+    assert not any("**" in v or "`" in v for v in strings_of(blocks))
+
+
+def test_which_families_hurt_most_is_computed_for_ours_and_the_paper(monkeypatch):
+    from shiftbench.report import pascal_ea as pe
+
+    assert pe.family_drops(pe.PAPER_TABLE1)["material"] == pytest.approx((-19.7 - 19.5 - 18.7 - 31.2) / 4)
+    assert pe.hurt_most(pe.PAPER_TABLE1) == (["style", "material"], True)
+    # ours from _rows(): material -30 (a only), style mean of a's -50 and b's -10 = -30; only two families
+    items = next(b for b in pascal_blocks(_rows()) if b["kind"] == "list")["items"]
+    assert items[0] == ("ours (mean of 2 models, miou): material (-30.0) and style (-30.0); "
+                        "material and sketch hurt most: holds")
+    assert items[1].endswith("style (-24.0) and material (-22.3); material and sketch hurt most: holds")
+    # colour hurting more than material in ours: the verdict flips for ours only
+    worse = _rows() + [{"model": m, "shift": "attribute_color", "params": {"color": "pink"}, "severity": 5,
+                        "metric": "miou", "value": 0.1, "n": 8} for m in ("a", "b")]
+    items = next(b for b in pascal_blocks(worse) if b["kind"] == "list")["items"]
+    assert "color (-60.0) and material (-30.0)" in items[0] and items[0].endswith("does not hold")
+    assert items[1].endswith(": holds")
+    # a different paper constant flips the paper's verdict: painting worse than sketch
+    monkeypatch.setitem(pe.PAPER_TABLE1, "painting", -70.0)
+    assert pe.hurt_most(pe.PAPER_TABLE1) == (["style", "material"], False)
+    monkeypatch.setitem(pe.PAPER_TABLE1, "painting", -7.3)
+    monkeypatch.setitem(pe.PAPER_TABLE1, "dotted", -90.0)
+    items = next(b for b in pascal_blocks(_rows()) if b["kind"] == "list")["items"]
+    assert items[1].endswith("pattern (-49.0) and style (-24.0); material and sketch hurt most: does not hold")
+    assert pe.hurt_most({"sketch": -5.0}) == (["style"], None)  # one family: n/a

@@ -30,7 +30,7 @@ from ..engine.quality import stored_quality_rows
 from ..errors import ShiftbenchError
 
 __all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "quality_table", "pascal_blocks", "blocks_markdown",
-           "write_pascal_ea", "stored_quality_rows", "main"]
+           "write_pascal_ea", "stored_quality_rows", "main", "PAPER_TABLE1", "hurt_most", "family_drops"]
 
 ATTRIBUTE_COLUMNS: list[tuple[str, str]] = [(f, v) for f, vs in ATTRIBUTES.items() for v in vs]
 SEGMENTATION_METRICS = ("miou", "foreground_iou")
@@ -39,6 +39,13 @@ QUALITY_TITLES = {"lpips": "LPIPS ↓", "dino_distance": "DINO dist. ↓", "fid"
                   "clip_direction_accuracy": "CLIP acc. ↑"}
 QUALITY_DIGITS = {"fid": 2}
 CHANGE = "change against clean (shifted − clean, points)"
+
+# Source: Pascal-EA paper, Table 1: mIoU change per attribute in points, averaged over 11 segmentation models
+# (negative = worse than clean).
+PAPER_TABLE1: dict[str, float] = {"violet": -9.7, "pink": -8.3, "multi-color": -12.0, "wood": -19.7, "stone": -19.5,
+                                  "metal": -18.7, "paper": -31.2, "dotted": -9.0, "striped": -8.0, "snowy": -8.1,
+                                  "painting": -7.3, "sketch": -56.5}
+PAPER_ROW = "paper (mean of 11 models)"
 
 
 def attribute_value(shift: str, params: dict[str, Any]) -> str | None:
@@ -158,7 +165,64 @@ def _table1_block(t: dict[str, Any]) -> dict[str, Any]:
         row.append({"text": _f(t["overall"][m]), "cls": "mean",
                     "title": f"mean of {used} attribute change{'s' if used != 1 else ''}, n = {clean_n} per condition"})
         body.append(row)
+    paper_row: list[Any] = [PAPER_ROW, {"text": "–", "title": "the paper reports changes only"}]
+    paper_used = [PAPER_TABLE1[c] for c in t["columns"] if c in PAPER_TABLE1]
+    for c in t["columns"]:
+        paper_row.append({"text": _f(PAPER_TABLE1.get(c)), "title": "Pascal-EA Table 1: mIoU change, mean of 11 models"})
+    paper_row.append({"text": _f(sum(paper_used) / len(paper_used) if paper_used else None),
+                      "title": f"mean of the paper's changes over the {len(paper_used)} attributes of this table"})
+    body.append(paper_row)
     return {"kind": "table", "head": head, "rows": body}
+
+
+def family_drops(changes: dict[str, float | None]) -> dict[str, float]:
+    """The mean change per attribute family over the attributes that have a value (families without one are
+    left out), in ``ATTRIBUTES`` order."""
+    fam = _family_of()
+    out: dict[str, float] = {}
+    for f in ATTRIBUTES:
+        vals = [v for a, v in changes.items() if fam.get(a) == f and v is not None and not math.isnan(v)]
+        if vals:
+            out[f] = sum(vals) / len(vals)
+    return out
+
+
+def hurt_most(changes: dict[str, float | None]) -> tuple[list[str], bool | None]:
+    """The two attribute families with the largest mean drop, and whether "material and sketch hurt most"
+    holds: those two families are material and style, and sketch is style's worst attribute. None (n/a) when
+    fewer than two families, or no sketch value, were measured.
+
+    >>> hurt_most(PAPER_TABLE1)
+    (['style', 'material'], True)
+    """
+    means = family_drops(changes)
+    top = sorted(means, key=lambda f: means[f])[:2]  # most negative first; ties keep ATTRIBUTES order
+    style = {a: v for a, v in changes.items() if _family_of().get(a) == "style" and v is not None}
+    if len(top) < 2 or style.get("sketch") is None:
+        return top, None
+    return top, set(top) == {"material", "style"} and min(style, key=lambda a: style[a]) == "sketch"
+
+
+def _model_mean(t: dict[str, Any]) -> dict[str, float | None]:
+    """Per attribute column: the mean change over the models that have one."""
+    out: dict[str, float | None] = {}
+    for c in t["columns"]:
+        vals = [t["cells"][m][c] for m in t["models"] if t["cells"][m][c] is not None]
+        out[c] = sum(vals) / len(vals) if vals else None
+    return out
+
+
+def _hurt_most_block(t: dict[str, Any]) -> dict[str, Any]:
+    def say(changes: dict[str, float | None]) -> str:
+        top, ok = hurt_most(changes)
+        means = family_drops(changes)
+        names = " and ".join(f"{f} ({means[f]:+.1f})" for f in top) or "none measured"
+        return f"{names}; material and sketch hurt most: " + ("n/a" if ok is None else ("holds" if ok else "does not hold"))
+
+    k = len(t["models"])
+    return {"kind": "list", "items": [f"ours (mean of {k} model{'s' if k != 1 else ''}, {t['metric']}): "
+                                      f"{say(_model_mean(t))}",
+                                      f"paper (mean of 11 models, mIoU, all 12 attributes): {say(PAPER_TABLE1)}"]}
 
 
 def _quality_blocks(quality_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -196,11 +260,18 @@ def pascal_blocks(rows: Sequence[dict[str, Any]], quality_rows: Sequence[dict[st
         blocks.append({"kind": "heading", "text": f"Segmentation under attribute edits: {CHANGE}"})
         blocks.append({"kind": "text", "text": "Each cell: the segmentation metric under the edit minus its clean "
                        "value, in points (negative is worse); the last column is the mean over the attributes. "
-                       "Hover a cell for the number of images it rests on."})
+                       "Hover a cell for the number of images it rests on. The last row is the paper's Table 1 "
+                       "(mIoU change averaged over 11 segmentation models on Pascal-EA) for comparison; a "
+                       "class-agnostic model's foreground IoU is a different metric on different images, so read "
+                       "the order of the columns, not the size of the numbers."})
         for metric in metrics:
             for sev in severities:
                 blocks.append({"kind": "heading", "text": f"{metric} {CHANGE}, severity {sev}"})
-                blocks.append(_table1_block(table1(rows, metric, sev)))
+                t = table1(rows, metric, sev)
+                blocks.append(_table1_block(t))
+                blocks.append({"kind": "text", "text": "Which attribute families hurt most (the two largest mean "
+                               "drops per family), ours and the paper's, by the same rule:"})
+                blocks.append(_hurt_most_block(t))
     if quality_rows:
         blocks += _quality_blocks(quality_rows)
     return blocks
