@@ -48,8 +48,10 @@ def _ranks(x: Sequence[float]) -> np.ndarray:
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman rank correlation (Pearson of the ranks, ties averaged)."""
+    """Spearman rank correlation (Pearson of the ranks, ties averaged); NaN when either side is constant."""
     ra, rb = _ranks(list(a)), _ranks(list(b))
+    if len(ra) < 2 or ra.std() == 0 or rb.std() == 0:
+        return float("nan")  # undefined, said as such rather than warned about
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
