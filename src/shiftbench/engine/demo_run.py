@@ -66,6 +66,7 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
     from rich.table import Table
 
     from ..registry import SHIFTS
+    from ..report.headline import NATURAL_FAMILIES
     from ..report.objectcompose import family_of
     from ..report.tables import condition_label
 
@@ -104,8 +105,6 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
                         "on the other models than the full 30 steps." if early else "."))
     console.print(" ".join(x for x in notes if x), soft_wrap=True, markup=False)
 
-
-NATURAL_FAMILIES = ("class_label", "caption", "scene", "color", "texture")
 
 
 def _attack_source(spec: dict[str, Any] | None, rows: list[dict[str, Any]]) -> str:
