@@ -88,22 +88,28 @@ def samples_key(db: Path) -> list[tuple]:
                       for run in store.runs() for s in store.samples(run["run_id"]))
 
 
-def _child_code(spec: dict[str, Any], db: Path, setup: str, delay: float) -> str:
+def _child_code(spec: dict[str, Any], db: Path, setup: str, delay: float, hang_after: int | None = None) -> str:
     # ``setup`` runs first and may define ``models`` (a dict of model objects by label) and register
-    # datasets or models; the child then evaluates slowly (``delay`` seconds per batch) until killed.
+    # datasets or models; the child then evaluates slowly (``delay`` seconds per batch) until killed, and
+    # with ``hang_after`` stops for good after that many saved batches, so a fast or bursty run (the Ray
+    # driver saves a whole unit at once) cannot finish before the parent kills it.
     return (
-        "import sys, time, json\n"
+        "import sys, time, json, itertools\n"
         f"sys.path[:0] = [{str(HERE)!r}, {str(SRC)!r}]\n"
         "import shiftbench as sb\n"
         "models = None\n"
         f"{setup}\n"
         f"spec = json.loads({json.dumps(spec)!r})\n"
-        f"sb.evaluate(spec, store={str(db)!r}, models=models, on_batch=lambda m, b: time.sleep({delay}))\n"
+        "saved = itertools.count(1)\n"
+        f"def on_batch(m, b):\n    time.sleep({delay})\n"
+        f"    if {hang_after!r} is not None and next(saved) > {hang_after!r}:\n        time.sleep(3600)\n"
+        f"sb.evaluate(spec, store={str(db)!r}, models=models, on_batch=on_batch)\n"
     )
 
 
 def kill_and_resume(spec: dict[str, Any], tmp_path: Path, setup: str = "", models: dict[str, Any] | None = None,
-                    min_batches: int = 1, min_done: int = 0, delay: float = 0.3, timeout: float = 240.0):
+                    min_batches: int = 1, min_done: int = 0, delay: float = 0.3, timeout: float = 240.0,
+                    hang_after: int | None = None):
     """(reference rows, resumed rows, rows present after the kill).
 
     The reference is an uninterrupted run into ``ref.db``; the killed run writes ``resumed.db``: the child
@@ -116,7 +122,7 @@ def kill_and_resume(spec: dict[str, Any], tmp_path: Path, setup: str = "", model
     ref = sb.evaluate(spec, store=tmp_path / "ref.db", models=models)
     total = len({(r["model"], r["shift"], json.dumps(r["params"]), r["severity"]) for r in ref})
     db = tmp_path / "resumed.db"
-    proc = subprocess.Popen([sys.executable, "-c", _child_code(spec, db, setup, delay)])
+    proc = subprocess.Popen([sys.executable, "-c", _child_code(spec, db, setup, delay, hang_after)])
     deadline = time.time() + timeout
     try:
         while True:

@@ -64,8 +64,12 @@ def test_ray_driver_killed_mid_run_resumes(ray_cluster, tmp_path):
             "batch_size": 8, "limit": 35, "shifts": ["clean", {"name": "_test_noise", "severities": [2, 5]}],
             "metrics": ["recall", "rank"], "engine": {"name": "ray", "address": ray_cluster["address"]}}
     setup = "import tiny_registry\nfrom cir_fakes import fake_retrievers\nmodels = fake_retrievers()"
+    # units may come back out of order, and a shifted condition is finished only with its clean one: the
+    # child stops for good after two conditions' batches (2 models x 5 batches each), so clean and at least
+    # one shifted condition are done and the last is not when clean is among the first two units back
+    # (one actor runs the units in order; before this, a clean unit returned last finished every condition at once)
     ref, resumed, partial = kill_and_resume(spec, tmp_path, setup=setup, models=fake_retrievers(), min_batches=1,
-                                            min_done=1, delay=0.3)
+                                            min_done=1, delay=0.3, hang_after=2 * 2 * 5)
     assert 0 < len(partial) < len(ref) and row_key(resumed) == row_key(ref)
     assert samples_key(tmp_path / "resumed.db") == samples_key(tmp_path / "ref.db") != []
 
