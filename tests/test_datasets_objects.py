@@ -53,7 +53,7 @@ def test_assets_size_count_licences_and_attribution():
         assert cut.ndim == 3 and cut.shape[2] == 4 and max(cut.shape[:2]) <= 256
         assert (cut[..., 3] >= O.ALPHA_THRESHOLD).mean() > 0.05  # a real object, not an empty stamp
     for sid in O.scene_ids():
-        assert min(O.scene(sid).shape[:2]) == 320
+        assert 110 <= min(O.scene(sid).shape[:2]) <= 320  # crops smaller than 320 px are not upscaled
 
 
 def test_curation_list_matches_shipped_objects_and_imagenet():
@@ -125,11 +125,47 @@ def test_same_seed_same_bytes_and_other_seed_differs():
     assert a != digest(sb.load_dataset("objects", seed=4), indices)
     # the placement comes from PCG64 seeded by (seed, crc32 ids): identical on every platform
     assert sb.load_dataset("objects").placement(0).to_dict() == \
-        {"x": 12, "y": 96, "width": 116, "height": 99, "canvas": [224, 224], "flip": True}
+        {"x": 45, "y": 56, "width": 175, "height": 149, "canvas": [224, 224], "flip": False}
+
+
+def test_natural_context_pairs_are_congruent_repeat_with_new_placements_and_stand_on_the_ground():
+    ds = O.ObjectsDataset(seed=1)
+    assert ds.context == "natural" and len(ds) == 4 * len(O.object_ids())
+    for i in range(len(ds)):
+        oid, sid = ds.pair(i)
+        assert O.is_congruent(oid, sid), (oid, sid)
+        assert set(O.object_info(oid).contexts) & set(O.scene_info(sid).contexts)
+    # every context the objects use has at least three scenes; every object at least three congruent scenes
+    assert all(len(O.congruent_scenes(oid)) >= 3 for oid in O.object_ids())
+    used = {c for oid in O.object_ids() for c in O.object_info(oid).contexts}
+    assert used <= set(O.CONTEXTS)
+    for c in used:
+        assert sum(c in O.scene_info(s).contexts for s in O.scene_ids()) >= 3, c
+    assert set(O.congruent_scenes("orca")) == {"ocean_splash", "ocean_waves", "water_drop"}
+    assert "ocean_waves" in O.incongruent_scenes("cow") and "meadow" not in O.incongruent_scenes("cow")
+    # more placements than congruent scenes: the scenes repeat with new placements, ids say which repeat
+    many = O.ObjectsDataset(objects=["orca"], scenes_per_object=7)
+    ids = [many.sample_id(i) for i in range(len(many))]
+    assert len(set(ids)) == 7 and sum("#1" in i for i in ids) == 3 and sum("#2" in i for i in ids) == 1
+    assert len({many.placement(i) for i in range(7)}) == 7
+    assert len(O.ObjectsDataset(scenes_per_object="all")) == sum(len(O.congruent_scenes(o)) for o in O.object_ids())
+    # a ground object's bottom edge is below the ground line; an object on a scene that is only sky may fly
+    for i in range(len(ds)):
+        oid, sid = ds.pair(i)
+        p = ds.placement(i)
+        if set(O.scene_info(sid).contexts) & set(O.object_info(oid).contexts) != {"sky"}:
+            assert p.y + p.height >= O.GROUND_LINE * 224, (oid, sid, p)
+    # the former pairing (any scene) stays available
+    rnd = O.ObjectsDataset(context="random")
+    assert any(not O.is_congruent(*rnd.pair(i)) for i in range(len(rnd)))
+    with pytest.raises(ShiftbenchError, match="no congruent scene"):
+        O.ObjectsDataset(objects=["orca"], scenes=["meadow", "cliff"])
+    with pytest.raises(ShiftbenchError, match="context must be"):
+        O.ObjectsDataset(context="indoor")
 
 
 def test_pairing_is_balanced_and_configurable():
-    ds = O.ObjectsDataset(seed=1)
+    ds = O.ObjectsDataset(seed=1, context="random")
     pairs = [ds.pair(i) for i in range(len(ds))]
     per_object: dict[str, list[str]] = {}
     for oid, sid in pairs:
@@ -137,14 +173,15 @@ def test_pairing_is_balanced_and_configurable():
     assert all(len(v) == len(set(v)) == 4 for v in per_object.values())  # distinct scenes per object
     counts = np.unique([sid for _, sid in pairs], return_counts=True)[1]
     assert counts.max() - counts.min() <= 1
-    full = O.ObjectsDataset(scenes_per_object="all")
+    full = O.ObjectsDataset(scenes_per_object="all", context="random")
     assert len(full) == len(O.object_ids()) * len(O.scene_ids())
     assert len(set(full.pair(i) for i in range(len(full)))) == len(full)
-    small = sb.load_dataset("objects", objects="*guitar*", scenes=["meadow", "cliff"], scenes_per_object=2, size=96)
+    small = sb.load_dataset("objects", objects="*guitar*", scenes=["meadow", "cliff"], scenes_per_object=2, size=96,
+                            context="random")
     assert len(small) == 6 and small.load(0).image.shape == (96, 96, 3)
     assert len(sb.load_dataset("objects", limit=10)) == 10
     # a pair keeps its placement when the selection changes
-    sub = O.ObjectsDataset(objects=["zebra"], scenes_per_object="all")
+    sub = O.ObjectsDataset(objects=["zebra"], scenes_per_object="all", context="random")
     k = next(i for i in range(len(full)) if full.pair(i)[0] == "zebra")
     j = next(i for i in range(len(sub)) if sub.pair(i) == full.pair(k))
     assert sub.placement(j) == full.placement(k)

@@ -1,6 +1,11 @@
 """Write a contact sheet of `objects` samples: each cell is the image and its mask side by side.
 
     python tools/contact_sheet.py --out docs/img/objects_contact_sheet.png [--n 24] [--seed 0] [--cols 4]
+    python tools/contact_sheet.py --every-object --out docs/img/objects_natural_context.png   # all 94, images only
+
+``--every-object`` shows each object's first natural-context placement (its first congruent scene), 10 per
+row at half size with the object id and scene id under each image: the sheet the context tags are checked on.
+``--context random`` shows the former pairing (an object on any scene) for comparison.
 """
 
 from __future__ import annotations
@@ -33,14 +38,41 @@ def contact_sheet(dataset, indices: list[int], cols: int) -> Image.Image:
     return sheet
 
 
+def every_object_sheet(dataset, cols: int = 10, scale: float = 0.5) -> Image.Image:
+    """One image per object (its first sample), thumbnails with ``object @ scene`` under each."""
+    h, w = dataset.canvas
+    tw, th = round(w * scale), round(h * scale)
+    pad, text_h = 4, 22
+    firsts: dict[str, int] = {}
+    for i in range(len(dataset)):
+        firsts.setdefault(dataset.pair(i)[0], i)
+    rows = (len(firsts) + cols - 1) // cols
+    sheet = Image.new("RGB", (cols * (tw + pad), rows * (th + text_h + pad)), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for n, (object_id, index) in enumerate(firsts.items()):
+        sample = dataset.load(index)
+        x, y = (n % cols) * (tw + pad), (n // cols) * (th + text_h + pad)
+        sheet.paste(Image.fromarray(sample.image).resize((tw, th), Image.Resampling.LANCZOS), (x, y))
+        draw.text((x, y + th + 1), object_id[:18], fill=(0, 0, 0))
+        draw.text((x, y + th + 11), dataset.pair(index)[1][:18], fill=(90, 90, 90))
+    return sheet
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img/objects_contact_sheet.png"))
     parser.add_argument("--n", type=int, default=24)
     parser.add_argument("--cols", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--context", choices=("natural", "random"), default="natural")
+    parser.add_argument("--every-object", action="store_true", help="every object once, images only")
     args = parser.parse_args()
-    dataset = sb.load_dataset("objects", seed=args.seed)
+    dataset = sb.load_dataset("objects", seed=args.seed, context=args.context)
+    if args.every_object:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        every_object_sheet(dataset).save(args.out, optimize=True)
+        print(f"wrote {args.out} ({len(dataset.object_list)} objects, {args.context} context)")
+        return
     # spread the picks over the whole set so different objects and scenes show
     indices = np.linspace(0, len(dataset) - 1, args.n).round().astype(int).tolist()
     args.out.parent.mkdir(parents=True, exist_ok=True)

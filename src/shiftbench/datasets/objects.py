@@ -1,9 +1,12 @@
 """The built-in `objects` dataset: real photo cut-outs with exact alpha masks, composited onto real scene photos.
 
-The assets (94 cut-outs mapped to ImageNet-1k classes, 22 scene photos, licences, attribution) ship inside
+The assets (94 cut-outs mapped to ImageNet-1k classes, 28 scene photos, licences, attribution) ship inside
 the package under ``shiftbench/data/objects``; tools/build_objects.py rebuilds them from Debian packages.
 
-A sample is one object placed on one scene at a seeded scale, position and mirror flip. The compositing is
+A sample is one object placed on one scene at a seeded scale, position and mirror flip. Objects and scenes are
+tagged with natural contexts (sky, water, grass, forest, foliage, rock, indoor, street; the reviewed tables are
+tools/objects_contexts.tsv and tools/objects_scenes.tsv): by default a sample's scene is congruent with its
+object (they share a context), as in a natural photo. The compositing is
 public so that other shifts can reuse it: the same object with the identical mask and placement can be
 rendered on any scene, plain colour, texture or array.
 
@@ -41,7 +44,8 @@ from .base import Dataset
 from .imagenet import NUM_CLASSES, class_names as imagenet_class_names
 
 __all__ = [
-    "ALPHA_THRESHOLD", "Placement", "ObjectInfo", "SceneInfo", "ObjectsDataset", "object_ids", "scene_ids",
+    "ALPHA_THRESHOLD", "CONTEXTS", "Placement", "ObjectInfo", "SceneInfo", "ObjectsDataset", "object_ids", "scene_ids",
+    "congruent_scenes", "incongruent_scenes", "is_congruent",
     "object_info", "scene_info", "cutout", "scene", "random_placement", "layer", "background_image", "composite",
     "render", "render_many",
 ]
@@ -50,6 +54,8 @@ ALPHA_THRESHOLD = 128
 DEFAULT_SIZE = 224
 DEFAULT_SCALE_RANGE = (0.45, 0.8)
 DEFAULT_SCENES_PER_OBJECT = 4
+CONTEXTS = ("sky", "water", "grass", "forest", "foliage", "rock", "indoor", "street")
+GROUND_LINE = 0.55  # natural placements of a ground object: its bottom edge lies in the lower 45 % of the canvas
 
 
 class ObjectInfo(NamedTuple):
@@ -61,6 +67,7 @@ class ObjectInfo(NamedTuple):
     phrase: str  # the object in a caption, with its article: "a zebra", "a pair of binoculars"
     width: int
     height: int
+    contexts: tuple[str, ...] = ()  # where it is photographed: ("water", "rock")
 
 
 class SceneInfo(NamedTuple):
@@ -69,6 +76,7 @@ class SceneInfo(NamedTuple):
     phrase: str  # where the object is: "on a pebble beach"
     width: int
     height: int
+    contexts: tuple[str, ...] = ()  # what the scene shows: ("rock", "sky")
 
 
 @dataclass(frozen=True)
@@ -142,13 +150,14 @@ def _read_table(name: str) -> list[list[str]]:
 
 @lru_cache(maxsize=1)
 def _objects() -> dict[str, ObjectInfo]:
-    return {r[0]: ObjectInfo(r[0], r[1], int(r[2]), r[3], r[4], r[5], int(r[6]), int(r[7]))
+    return {r[0]: ObjectInfo(r[0], r[1], int(r[2]), r[3], r[4], r[5], int(r[6]), int(r[7]), tuple(r[8].split(",")))
             for r in _read_table("objects.tsv")}
 
 
 @lru_cache(maxsize=1)
 def _scenes() -> dict[str, SceneInfo]:
-    return {r[0]: SceneInfo(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in _read_table("scenes.tsv")}
+    return {r[0]: SceneInfo(r[0], r[1], r[2], int(r[3]), int(r[4]), tuple(r[5].split(",")))
+            for r in _read_table("scenes.tsv")}
 
 
 def object_ids(pattern: str | None = None) -> list[str]:
@@ -185,6 +194,28 @@ def scene_info(scene_id: str) -> SceneInfo:
         raise _unknown("scene", scene_id, _scenes()) from None
 
 
+def is_congruent(object_id: str, scene_id: str) -> bool:
+    """Whether the scene shows a context the object is photographed in (they share a context tag)."""
+    return bool(set(object_info(object_id).contexts) & set(scene_info(scene_id).contexts))
+
+
+def congruent_scenes(object_id: str, scenes: Iterable[str] | None = None) -> list[str]:
+    """Scenes (of ``scenes``, default all, in their order) sharing a context with the object: the natural
+    backgrounds of ImageNet-9's Mixed-Same."""
+    return [s for s in (scene_ids() if scenes is None else scenes) if is_congruent(object_id, s)]
+
+
+def incongruent_scenes(object_id: str, scenes: Iterable[str] | None = None) -> list[str]:
+    """Scenes sharing no context with the object: the backgrounds of ImageNet-9's Mixed-Rand."""
+    return [s for s in (scene_ids() if scenes is None else scenes) if not is_congruent(object_id, s)]
+
+
+def _on_ground(object_id: str, scene_id: str) -> bool:
+    """A natural placement stands the object on the ground unless the scene is, for it, only sky."""
+    shared = set(object_info(object_id).contexts) & set(scene_info(scene_id).contexts)
+    return shared != {"sky"}
+
+
 @lru_cache(maxsize=None)
 def _read_png(name: str, mode: str) -> np.ndarray:
     """An asset decoded once per process, read-only (callers copy before handing it out)."""
@@ -210,16 +241,18 @@ def _scene(scene_id: str) -> np.ndarray:
 
 
 def scene(scene_id: str) -> np.ndarray:
-    """The scene photo as stored (HxWx3 uint8, short side 320 px), a fresh copy."""
+    """The scene photo as stored (HxWx3 uint8, short side at most 320 px), a fresh copy."""
     return _scene(scene_id).copy()
 
 
 # -- geometry and compositing ---------------------------------------------------------------------------
 def random_placement(object_id: str, canvas: Any = DEFAULT_SIZE, rng: np.random.Generator | int = 0,
-                     scale_range: Sequence[float] = DEFAULT_SCALE_RANGE, flip: bool = True) -> Placement:
+                     scale_range: Sequence[float] = DEFAULT_SCALE_RANGE, flip: bool = True,
+                     min_bottom: float | None = None) -> Placement:
     """A placement drawn from ``rng``: the object's longer side spans ``U(scale_range)`` of the canvas'
     shorter side, the aspect ratio is kept, the object lies wholly inside the canvas, mirrored with p = 0.5
-    (if ``flip``). Draws, in order: scale, x, y, flip."""
+    (if ``flip``). ``min_bottom`` (a fraction of the height) keeps the object's bottom edge at or below that
+    line, so it stands on the ground of the scene. Draws, in order: scale, x, y, flip."""
     h, w = _canvas(canvas)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     lo, hi = (float(v) for v in scale_range)
@@ -233,7 +266,8 @@ def random_placement(object_id: str, canvas: Any = DEFAULT_SIZE, rng: np.random.
     else:
         ow, oh = max(1, round(longest * info.width / info.height)), longest
     x = int(rng.integers(0, w - ow + 1))
-    y = int(rng.integers(0, h - oh + 1))
+    y_low = 0 if min_bottom is None else min(max(0, int(np.ceil(float(min_bottom) * h)) - oh), h - oh)
+    y = int(rng.integers(y_low, h - oh + 1))
     mirrored = bool(rng.random() < 0.5) if flip else False
     return Placement(x, y, ow, oh, (h, w), mirrored)
 
@@ -417,18 +451,26 @@ def render_many(items: Sequence[tuple[str, Placement]], background: Any = "pebbl
 
 # -- the dataset ---------------------------------------------------------------------------------------
 @DATASETS.register("objects", description="built-in: 94 real photo cut-outs (ImageNet-1k classes) with exact "
-                   "alpha masks on 22 real scene photos; 376 samples by default", size=376,
+                   "alpha masks on 28 real scene photos, each object on scenes of its natural context; "
+                   "376 samples by default", size=376,
                    annotations=("label", "mask", "boxes", "caption"))
 class ObjectsDataset(Dataset):
     """Objects x scenes with a seeded pairing and seeded placements.
 
-    Sample ``i`` is object ``i // scenes_per_object`` (in curation order) on scene ``P[i mod len(P)]``,
-    where ``P`` is a seeded permutation of the scenes: each object meets ``scenes_per_object`` distinct
-    scenes and every scene is used about equally. ``scenes_per_object="all"`` gives every pair (2,068).
-    Placement per pair comes from ``default_rng([seed, crc32(object_id), crc32(scene_id)])``: the same seed
-    gives the same bytes on any machine, and a pair keeps its placement when the selection changes.
+    ``context="natural"`` (default): sample ``i`` is object ``i // scenes_per_object`` (in curation order) on
+    the ``j = i mod scenes_per_object``-th scene of ``C``, a seeded permutation of the object's congruent
+    scenes (:func:`congruent_scenes`); when ``scenes_per_object`` exceeds ``len(C)`` the scenes repeat with
+    new placements (``r = j // len(C)`` is the repeat, shown as ``#r`` in the sample id). The object stands
+    on the ground (bottom edge below ``GROUND_LINE``) unless the scene is, for it, only sky.
+    ``scenes_per_object="all"`` gives every congruent pair.
 
-    ``objects`` / ``scenes``: a glob pattern or a list of ids to restrict the set.
+    ``context="random"``: sample ``i`` is object ``i // scenes_per_object`` on scene ``P[i mod len(P)]``,
+    where ``P`` is a seeded permutation of all scenes, congruent or not (the object on an unrelated scene);
+    ``"all"`` gives every pair (2,632). Placements anywhere on the canvas.
+
+    Placement per pair comes from ``default_rng([seed, crc32(object_id), crc32(scene_id)])`` (plus ``r`` for
+    a repeat): the same seed gives the same bytes on any machine, and a pair keeps its placement when the
+    selection changes. ``objects`` / ``scenes``: a glob pattern or a list of ids to restrict the set.
     """
 
     annotations = ("label", "mask", "boxes", "caption")
@@ -436,7 +478,7 @@ class ObjectsDataset(Dataset):
 
     def __init__(self, seed: int = 0, size: Any = DEFAULT_SIZE, scenes_per_object: int | str = DEFAULT_SCENES_PER_OBJECT,
                  objects: Any = None, scenes: Any = None, scale_range: Sequence[float] = DEFAULT_SCALE_RANGE,
-                 flip: bool = True):
+                 flip: bool = True, context: str = "natural"):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ShiftbenchError(f"seed must be a non-negative int, got {seed!r}")
         self.seed = int(seed)
@@ -444,12 +486,33 @@ class ObjectsDataset(Dataset):
         self.object_list = self._select("object", objects, object_ids())
         self.scene_list = self._select("scene", scenes, scene_ids())
         n_scenes = len(self.scene_list)
+        if context not in ("natural", "random"):
+            raise ShiftbenchError(f"context must be 'natural' or 'random', got {context!r}")
+        self.context = context
+        self._congruent: dict[str, list[str]] = {}
+        if context == "natural":
+            for oid in self.object_list:
+                found = congruent_scenes(oid, self.scene_list)
+                if not found:
+                    raise ShiftbenchError(f"object {oid!r} ({', '.join(object_info(oid).contexts)}) has no congruent "
+                                          f"scene among the selected scenes; select more scenes or use context='random'")
+                order = np.random.default_rng([self.seed, zlib.crc32(oid.encode()), 0xC0]).permutation(len(found))
+                self._congruent[oid] = [found[k] for k in order]
         if scenes_per_object == "all":
-            scenes_per_object = n_scenes
-        if isinstance(scenes_per_object, bool) or not isinstance(scenes_per_object, (int, np.integer)) \
-                or not 1 <= scenes_per_object <= n_scenes:
-            raise ShiftbenchError(f"scenes_per_object must be 1..{n_scenes} or 'all', got {scenes_per_object!r}")
-        self.scenes_per_object = int(scenes_per_object)
+            scenes_per_object = n_scenes if context == "random" else None
+        limit = n_scenes if context == "random" else 64
+        if scenes_per_object is not None and (isinstance(scenes_per_object, bool)
+                                              or not isinstance(scenes_per_object, (int, np.integer))
+                                              or not 1 <= scenes_per_object <= limit):
+            raise ShiftbenchError(f"scenes_per_object must be 1..{limit} or 'all', got {scenes_per_object!r}")
+        self.scenes_per_object = None if scenes_per_object is None else int(scenes_per_object)
+        # sample index -> (object, scene, repeat)
+        self._pairs: list[tuple[str, str, int]] = []
+        if context == "natural":
+            for oid in self.object_list:
+                chosen = self._congruent[oid]
+                k = len(chosen) if self.scenes_per_object is None else self.scenes_per_object
+                self._pairs += [(oid, chosen[j % len(chosen)], j // len(chosen)) for j in range(k)]
         lo, hi = (float(v) for v in scale_range)
         if not 0 < lo <= hi <= 1:
             raise ShiftbenchError(f"scale_range must satisfy 0 < low <= high <= 1, got {tuple(scale_range)}")
@@ -459,8 +522,13 @@ class ObjectsDataset(Dataset):
         self.class_names = imagenet_class_names()
         self.label_space = LabelSpace.imagenet1k()
         self.mask_space = LabelSpace.foreground()  # the masks are the object's silhouette, 0/1
-        self.description = (f"objects: {len(self.object_list)} objects x {self.scenes_per_object} of "
-                            f"{n_scenes} scenes, {self.canvas[0]}x{self.canvas[1]}, seed {self.seed}")
+        if context == "random":
+            for k, oid in enumerate(self.object_list):
+                for j in range(self.scenes_per_object):
+                    self._pairs.append((oid, self._scene_order[(k * self.scenes_per_object + j) % n_scenes], 0))
+        per = "all congruent" if self.scenes_per_object is None else str(self.scenes_per_object)
+        self.description = (f"objects: {len(self.object_list)} objects x {per} of {n_scenes} scenes "
+                            f"({context} context), {self.canvas[0]}x{self.canvas[1]}, seed {self.seed}")
 
     @staticmethod
     def _select(kind: str, wanted: Any, known: list[str]) -> list[str]:
@@ -480,25 +548,29 @@ class ObjectsDataset(Dataset):
         return chosen
 
     def __len__(self) -> int:
-        return len(self.object_list) * self.scenes_per_object
+        return len(self._pairs)
+
+    def _entry(self, index: int) -> tuple[str, str, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for objects of {len(self)} samples")
+        return self._pairs[index]
 
     def pair(self, index: int) -> tuple[str, str]:
         """(object id, scene id) of sample ``index``."""
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for objects of {len(self)} samples")
-        k, j = divmod(index, self.scenes_per_object)
-        scene_id = self._scene_order[(k * self.scenes_per_object + j) % len(self._scene_order)]
-        return self.object_list[k], scene_id
+        object_id, scene_id, _ = self._entry(index)
+        return object_id, scene_id
 
     def sample_id(self, index: int) -> str:
-        object_id, scene_id = self.pair(index)
-        return f"{object_id}@{scene_id}/s{self.seed}"
+        object_id, scene_id, repeat = self._entry(index)
+        return f"{object_id}@{scene_id}/s{self.seed}" + (f"#{repeat}" if repeat else "")
 
     def placement(self, index: int) -> Placement:
         """The placement of sample ``index`` (reuse it to render the object elsewhere)."""
-        object_id, scene_id = self.pair(index)
-        rng = np.random.default_rng([self.seed, zlib.crc32(object_id.encode()), zlib.crc32(scene_id.encode())])
-        return random_placement(object_id, self.canvas, rng, self.scale_range, self.flip)
+        object_id, scene_id, repeat = self._entry(index)
+        key = [self.seed, zlib.crc32(object_id.encode()), zlib.crc32(scene_id.encode())] + ([repeat] if repeat else [])
+        ground = GROUND_LINE if self.context == "natural" and _on_ground(object_id, scene_id) else None
+        return random_placement(object_id, self.canvas, np.random.default_rng(key), self.scale_range, self.flip,
+                                min_bottom=ground)
 
     def load(self, index: int) -> Sample:
         object_id, scene_id = self.pair(index)
@@ -516,5 +588,5 @@ class ObjectsDataset(Dataset):
     def info(self) -> dict[str, Any]:
         info = super().info()
         info.update(objects=len(self.object_list), scenes=len(self.scene_list), seed=self.seed,
-                    size=len(self), canvas=list(self.canvas))
+                    size=len(self), canvas=list(self.canvas), context=self.context)
         return info
