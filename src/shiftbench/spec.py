@@ -39,6 +39,13 @@ TOP_KEYS = {
               "not part of the run's identity (the rows do not depend on it)",
     "quality": "image-quality metrics of the shifted images against the clean ones (Pascal-EA): {metrics, severity, "
                "limit, features, clip}; run by evaluate after the conditions and stored with the run",
+    "curate": "evaluate only the samples every classifier gets right on clean (ObjectCompose's curation): true, "
+              "or {models, min_mask_fraction}; applied after ids and limit",
+}
+CURATE_KEYS = {
+    "models": "classifiers that must all be right on clean: model labels of the spec or registered names "
+              "(default: every model of the spec)",
+    "min_mask_fraction": "also drop samples whose object mask covers less than this share of the image",
 }
 QUALITY_KEYS = {
     "metrics": "list of lpips, dino_distance, fid, clip_direction (default: lpips, dino_distance, fid)",
@@ -95,6 +102,7 @@ class Spec:
     label_map: dict[str, str | int] | None = None
     engine: dict[str, Any] | None = None  # {name, address, workers, shard_size}; left out of ``raw``
     quality: dict[str, Any] | None = None  # {metrics, severity, limit, features, clip}, defaults filled in
+    curate: dict[str, Any] | None = None  # {models: [...] or None (= every model), min_mask_fraction}
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -130,6 +138,8 @@ class Spec:
             # the quality section decides the stored quality numbers: part of the identity, absent when
             # unset so that specs without one keep their run ids
             **({"quality": dict(self.quality)} if self.quality else {}),
+            # curation decides which samples are scored: part of the identity, absent when unset
+            **({"curate": dict(self.curate)} if self.curate else {}),
         }
 
 
@@ -171,6 +181,28 @@ def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
     if "clip_direction" in metrics and clip is None:
         raise SpecError(f"{where}.clip: the metric clip_direction needs a CLIP model (hf:PATH or open_clip:NAME)")
     return {"metrics": list(metrics), "severity": severity, "limit": limit, "features": features, "clip": clip}
+
+
+def _parse_curate(value: Any, source: str | None) -> dict[str, Any] | None:
+    """``curate: true`` or ``curate: {models, min_mask_fraction}``, checked and normalised."""
+    where = _where(source, "curate")
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected true or a mapping with keys {', '.join(CURATE_KEYS)}, got {value!r}")
+    _known_keys(value, CURATE_KEYS, lambda key: f"{where}.{key}")
+    models = value.get("models")
+    if models is not None and (not isinstance(models, list) or not models
+                               or not all(isinstance(m, str) and m for m in models)):
+        raise SpecError(f"{where}.models: expected a non-empty list of model names, got {models!r}")
+    fraction = value.get("min_mask_fraction")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+                                 or not 0 < fraction < 1):
+        raise SpecError(f"{where}.min_mask_fraction: expected a number between 0 and 1, got {fraction!r}")
+    return {"models": list(models) if models else None,
+            "min_mask_fraction": None if fraction is None else float(fraction)}
 
 
 def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
@@ -297,13 +329,14 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     label_map = _parse_label_map(spec.get("label_map"), source)
     engine = _parse_engine(spec.get("engine"), source)
     quality = _parse_quality(spec.get("quality"), source)
+    curate = _parse_curate(spec.get("curate"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
-        label_map=label_map, engine=engine, quality=quality,
+        label_map=label_map, engine=engine, quality=quality, curate=curate,
     )
     if check_names:
         _check_names(result, source)
@@ -485,6 +518,14 @@ def _check_names(spec: Spec, source: str | None) -> None:
                     MODELS.entry(name)
                 except UnknownNameError as exc:
                     raise SpecError(f"{_where(source, f'quality.{key}')}: {exc}") from None
+    if spec.curate and spec.curate.get("models"):  # a label of the spec, else a registered model name
+        labels = {m.label or m.name for m in spec.models}
+        for i, name in enumerate(spec.curate["models"]):
+            if name not in labels and name not in MODELS:
+                try:
+                    MODELS.entry(name)
+                except UnknownNameError as exc:
+                    raise SpecError(f"{_where(source, f'curate.models[{i}]')}: {exc}") from None
     if spec.dataset not in DATASETS and not Path(spec.dataset).expanduser().exists():
         names = [e.name for e in DATASETS.entries() if not e.meta.get("reader")]
         raise SpecError(

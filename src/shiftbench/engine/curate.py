@@ -16,6 +16,43 @@ from ..errors import ShiftbenchError
 from ..registry import MODELS
 
 
+def curated_indices(data: Any, models: dict[str, tuple[Any, Any]], batch_size: int = 32,
+                    min_mask_fraction: float | None = None, progress: Any = None) -> tuple[list[int], dict[str, Any]]:
+    """Indices of ``data`` whose sample every model classifies correctly (top-1) on clean, and a summary.
+
+    ``models``: label -> (model, label plan from engine/labels.py); the plan maps the dataset's labels into
+    the model's output space. ``progress(done, total)`` is called after each batch. The summary is
+    ``{"models", "total", "kept", "dropped": {"wrong", "mask", "unlabelled"}, "wrong_per_model"}``.
+    """
+    kept: list[int] = []
+    dropped = {"wrong": 0, "mask": 0, "unlabelled": 0}
+    wrong_per_model = {label: 0 for label in models}
+    for start in range(0, len(data), batch_size):
+        indices = list(range(start, min(start + batch_size, len(data))))
+        samples = [data.load(i) for i in indices]
+        labels = np.array([-1 if s.label is None else s.label for s in samples])
+        ok = labels >= 0
+        dropped["unlabelled"] += int((~ok).sum())
+        for label, (model, plan) in models.items():
+            pred = np.asarray(model.predict_logits([s.image for s in samples])).argmax(axis=1)
+            mapped = np.array([-1 if s.label is None else s.label for s in plan.targets(samples)])
+            wrong_per_model[label] += int(((pred != mapped) & (labels >= 0)).sum())
+            wrong = ok & (pred != mapped)
+            dropped["wrong"] += int(wrong.sum())
+            ok &= ~wrong
+        if min_mask_fraction is not None:
+            for k, s in enumerate(samples):
+                if ok[k] and (s.mask is None or float((np.asarray(s.mask) > 0).mean()) < min_mask_fraction):
+                    ok[k] = False
+                    dropped["mask"] += 1
+        kept += [i for i, keep in zip(indices, ok) if keep]
+        if progress is not None:
+            progress(indices[-1] + 1, len(data))
+    summary = {"models": list(models), "total": len(data), "kept": len(kept), "dropped": dropped,
+               "wrong_per_model": wrong_per_model}
+    return kept, summary
+
+
 def curate(
     dataset: str,
     models: Sequence[str],
@@ -27,41 +64,16 @@ def curate(
 ) -> dict[str, Any]:
     """Ids of the samples that every model gets right (top-1) and that pass the mask filter."""
     from ..datasets import load
-    from .labels import plan_labels
 
     if not models:
         raise ShiftbenchError("curate needs at least one model")
     data = load(dataset, limit=limit)
-    nets = []
-    plans = []
+    nets: dict[str, tuple[Any, Any]] = {}
     for name in models:
-        model = MODELS.create(name)
-        if getattr(model, "task", None) != "classification":
-            raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
-        plan = plan_labels(model, data, dataset_name=f"dataset {dataset!r}")  # refuses before any work
-        plans.append(plan)
-        nets.append(plan.model)
-    kept: list[str] = []
-    dropped = {"wrong": 0, "mask": 0, "unlabelled": 0}
-    for start in range(0, len(data), batch_size):
-        samples = [data.load(i) for i in range(start, min(start + batch_size, len(data)))]
-        ok = np.ones(len(samples), bool)
-        labels = np.array([-1 if s.label is None else s.label for s in samples])
-        dropped["unlabelled"] += int((labels < 0).sum())
-        ok &= labels >= 0
-        for model, plan in zip(nets, plans):
-            pred = model.predict_logits([s.image for s in samples]).argmax(axis=1)
-            # the dataset's labels in this model's output space (identity unless the plan maps them)
-            mapped = np.array([-1 if s.label is None else s.label for s in plan.targets(samples)])
-            wrong = ok & (pred != mapped)
-            dropped["wrong"] += int(wrong.sum())
-            ok &= ~wrong
-        if min_mask_fraction is not None:
-            for i, s in enumerate(samples):
-                if ok[i] and (s.mask is None or float((np.asarray(s.mask) > 0).mean()) < min_mask_fraction):
-                    ok[i] = False
-                    dropped["mask"] += 1
-        kept += [s.id for s, k in zip(samples, ok) if k]
+        nets[name] = classifier_plan(MODELS.create(name), name, data, f"dataset {dataset!r}")
+    indices, found = curated_indices(data, nets, batch_size, min_mask_fraction)
+    kept = [data.sample_id(i) for i in indices]
+    dropped = found["dropped"]
     summary = {"dataset": dataset, "models": list(models), "total": len(data), "kept": len(kept),
                "dropped": dropped, "ids": kept}
     if out is not None:
@@ -75,3 +87,13 @@ def curate(
         tmp.write_text(header + "".join(f"{i}\n" for i in kept), encoding="utf-8")
         tmp.replace(out)
     return summary
+
+
+def classifier_plan(model: Any, name: str, data: Any, dataset_name: str, label_map: Any = None) -> tuple[Any, Any]:
+    """(model set to the dataset's label space, its label plan); refuses a model that is no classifier."""
+    from .labels import plan_labels
+
+    if getattr(model, "task", None) != "classification":
+        raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
+    plan = plan_labels(model, data, label_map, dataset_name=dataset_name)  # refuses before any work
+    return plan.model, plan

@@ -18,6 +18,7 @@ saves them exactly as the local loop does (``_save_scored``), so both engines wr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -48,6 +49,7 @@ STATE_FORMAT_KEY = "__state_format__"
 STATE_FORMAT = "batch-merge/1"
 COUNT_KEY = "__n__"  # samples scored in the batch (fewer than its size when a shift failed on one, on_error: skip)
 SKIPPED_KEY = "__skipped__"  # [[sample id, reason], ...] left out of the batch
+CURATION_ARTIFACT = "curation.json"  # the spec's curate: section, what it kept (report/build.py reads it)
 IDS_KEY = "__ids__"  # ids of the samples scored in the batch, in data order (the per-sample values' ids)
 SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
 DEFAULT_SHARD = 256  # samples per unit of the ray engine (rounded down to whole batches, at least one)
@@ -273,6 +275,8 @@ class _Runner:
         dataset = self.given_dataset if self.given_dataset is not None else self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)
+        if spec.curate and self.given_dataset is None:  # a worker gets the driver's curated dataset
+            dataset = self._curate(dataset, models)
         conditions = []
         for s in spec.shifts:
             shift = SHIFTS.create(s.name, **s.params)
@@ -284,6 +288,43 @@ class _Runner:
         for shift in {id(c.shift): c.shift for c in conditions}.values():
             shift.load_conditioning(first)
         return Plan(spec, dataset, models, metrics, conditions)
+
+    def _curate(self, dataset, models: dict[str, Any]):
+        """The spec's ``curate:`` section: keep the samples every named classifier gets right on clean
+        (engine/curate.py), after ids and limit. Deterministic (clean images, fixed weights), so a resumed run
+        or a Ray worker that opens the dataset itself finds the same samples."""
+        from ..datasets import Subset
+        from .curate import classifier_plan, curated_indices
+
+        names = self.spec.curate.get("models") or [m.label for m in self.spec.models]
+        nets: dict[str, tuple[Any, Any]] = {}
+        for name in names:
+            if name in models:
+                plan = self.plans[name]
+                if getattr(plan.model, "task", None) != "classification":
+                    raise ShiftbenchError(f"curate: {name!r} is a {getattr(plan.model, 'task', '?')} model; "
+                                          "curation needs classifiers")
+                nets[name] = (models[name], plan)
+            else:  # a registered classifier that is not evaluated, only used to curate
+                nets[name] = classifier_plan(MODELS.create(name), name, dataset, f"dataset {self.spec.dataset!r}",
+                                             self.spec.label_map)
+        with _Progress(self.progress, float(len(dataset))) as bar:
+            done = [0]
+
+            def advance(k: int, total: int) -> None:
+                bar.advance("curating on clean", k - done[0])
+                done[0] = k
+
+            kept, summary = curated_indices(dataset, nets, self.spec.batch_size,
+                                            self.spec.curate.get("min_mask_fraction"), advance)
+        if not kept:
+            raise ShiftbenchError(f"curate: none of the {len(dataset)} samples is classified correctly on clean by "
+                                  f"every model ({', '.join(names)}); nothing to evaluate")
+        summary["ids"] = [dataset.sample_id(i) for i in kept]
+        self.curation = summary
+        log.info(f"curated: {len(kept)} of {len(dataset)} samples that {', '.join(names)} all classify "
+                 "correctly on clean")
+        return Subset(dataset, kept)
 
     # -- the run ------------------------------------------------------------------------------
     def run(self, plan: Plan | None = None) -> list[dict[str, Any]]:
@@ -304,6 +345,9 @@ class _Runner:
                                       new_run=self.new_run)
         self._started(run_id)
         self._record_skipped(run_id)
+        curation = getattr(self, "curation", None)
+        if curation is not None and not self.store.artifacts(run_id, CURATION_ARTIFACT):
+            self.store.put_artifact(run_id, CURATION_ARTIFACT, json.dumps(curation, sort_keys=True).encode("utf-8"))
         n = self._n_samples = len(dataset)
         batch = spec.batch_size
         n_batches = (n + batch - 1) // batch

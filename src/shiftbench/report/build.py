@@ -46,7 +46,9 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
                 raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
             quality = db.artifacts(run["run_id"], "quality/rows.json")
             skipped = db.artifacts(run["run_id"], "skipped.json")
-            run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else []}
+            curation = db.artifacts(run["run_id"], "curation.json")
+            run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else [],
+                   "curation": json.loads(curation[0]["data"]) if curation else None}
             # per-sample values (bootstrap CIs) exist only in stores written since they were kept
             samples = db.samples(run["run_id"])
             loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
@@ -72,8 +74,11 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         summaries = _summaries(out, rows, prefix, quality)
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
+        head = headline(rows, tables, preferred, unc)
+        if head is not None and run.get("curation"):
+            head["note"] = curation_text(run["curation"]) + " " + head["note"]
         sections.append({"run": run, "rows": rows, "n": i + 1,
-                         "headline": headline(rows, tables, preferred, unc),
+                         "headline": head,
                          "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
                          "figures": figures, "grids": grids,
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
@@ -95,6 +100,17 @@ def _yaml(spec: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(spec, sort_keys=False)
+
+
+def curation_text(curation: dict[str, Any]) -> str:
+    """One sentence saying which samples a curated run scores (the spec's ``curate:`` section)."""
+    models = ", ".join(curation.get("models") or [])
+    every = "every one of " if len(curation.get("models") or []) > 1 else ""
+    extra = ""
+    if (curation.get("dropped") or {}).get("mask"):
+        extra = f" and whose object mask is large enough ({curation['dropped']['mask']} dropped for a small mask)"
+    return (f"Curated as in ObjectCompose: n = {curation.get('kept')} of {curation.get('total')} samples, those "
+            f"{every}{models} classifies correctly on clean{extra}; every condition is scored on these samples only.")
 
 
 def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -123,6 +139,11 @@ def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
     if skipped:
         shown = "; ".join(f"{s['file']} ({s['reason']})" for s in skipped[:10])
         lines.append(("skipped files", f"{len(skipped)}: {shown}" + (" …" if len(skipped) > 10 else "")))
+    curation = run.get("curation")
+    if curation:
+        wrong = ", ".join(f"{m} {k}" for m, k in (curation.get("wrong_per_model") or {}).items())
+        lines.append(("curation", f"{curation.get('kept')} of {curation.get('total')} samples kept"
+                                  + (f"; wrong on clean: {wrong}" if wrong else "")))
     return lines
 
 
