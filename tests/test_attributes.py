@@ -45,7 +45,8 @@ def test_local_edit_changes_no_pixel_outside_the_mask(family, value, objects_sam
         m = s.mask > 0
         assert np.array_equal(out.image[~m], s.image[~m])
         changed = np.abs(out.image[m].astype(int) - s.image[m].astype(int)).sum(axis=1) > 6
-        assert changed.mean() > 0.3, (family, value, changed.mean())  # the edit is visible inside
+        # the edit is visible inside; dotted inks discs of radius 0.28 periods, pi * 0.28^2 = 25% of the area
+        assert changed.mean() > (0.2 if value == "dotted" else 0.3), (family, value, changed.mean())
         assert np.array_equal(out.mask, s.mask) and out.label == s.label
 
 

@@ -14,7 +14,9 @@ from conftest import make_sample
 
 COMPOSE = [("background_color", {"color": c}) for c in ("red", "green", "blue", "colorful")] + \
           [("background_texture", {"texture": t}) for t in (1, 2, 3, 4)] + \
-          [("background_scene", {}), ("background_scene", {"scene": "meadow"}), ("object_only", {})]
+          [("background_scene", {}), ("background_scene", {"scene": "meadow"}),
+           ("background_scene", {"scene": "mixed_same"}), ("background_scene", {"scene": "mixed_rand"}),
+           ("object_only", {})]
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +97,50 @@ def test_texture_families_and_scenes_differ(obj):
     assert own not in drawn and len(drawn) > 5
     with pytest.raises(ShiftbenchError, match="did you mean"):
         sb.create_shift("background_scene", scene="medow")
+
+
+def test_mixed_same_and_mixed_rand_draw_from_the_object_contexts():
+    """Mixed-Same: another scene sharing a context with the object, never its own; Mixed-Rand: scenes sharing
+    none. Every object of `objects` has both, and over seeds the draws cover the pools exactly."""
+    from shiftbench.datasets import objects
+
+    ds = sb.load_dataset("objects", scenes_per_object=1)
+    same, rand = sb.create_shift("background_scene", scene="mixed_same"), sb.create_shift("background_scene", scene="mixed_rand")
+    for i in range(0, len(ds), 9):
+        s = ds.load(i)
+        oid, own = s.meta["object_id"], s.meta["scene_id"]
+        contexts = set(objects.object_info(oid).contexts)
+        pool_same = {x for x in objects.congruent_scenes(oid) if x != own}
+        pool_rand = set(objects.incongruent_scenes(oid))
+        assert pool_same and pool_rand and own in objects.congruent_scenes(oid)
+        drawn_same = {same.draw(s, seed=k)["scene"] for k in range(40)}
+        drawn_rand = {rand.draw(s, seed=k)["scene"] for k in range(40)}
+        assert drawn_same <= pool_same and drawn_rand <= pool_rand
+        assert len(drawn_same) >= min(2, len(pool_same)) and len(drawn_rand) >= 2
+        assert all(contexts & set(objects.scene_info(x).contexts) for x in drawn_same)
+        assert not any(contexts & set(objects.scene_info(x).contexts) for x in drawn_rand)
+    # the drawn scene is in the params, and replaying them gives the same bytes
+    s = ds.load(3)
+    out, params = same(s, seed=7, return_params=True)
+    assert np.array_equal(sb.create_shift("background_scene", scene=params["scene"])(s, seed=0).image, out.image)
+    assert np.array_equal(same.replay(s, params).image, out.image)
+    # contexts given in the meta (a user's own data) instead of an objects id
+    mine = s.replace(meta={"contexts": ["water"]})
+    assert all("water" in objects.scene_info(same.draw(mine, seed=k)["scene"]).contexts for k in range(10))
+    assert not any("water" in objects.scene_info(rand.draw(mine, seed=k)["scene"]).contexts for k in range(10))
+
+
+def test_mixed_scenes_need_the_object_contexts():
+    s = make_sample(sid="plain")
+    for scene in ("mixed_same", "mixed_rand"):
+        with pytest.raises(ShiftbenchError, match=f"scene='{scene}', sample 'plain': needs the object's contexts"):
+            sb.create_shift("background_scene", scene=scene)(s)
+    with pytest.raises(ShiftbenchError, match="unknown context.*'lava'"):
+        sb.create_shift("background_scene", scene="mixed_same")(s.replace(meta={"contexts": ["lava"]}))
+    with pytest.raises(ShiftbenchError, match="non-empty list"):
+        sb.create_shift("background_scene", scene="mixed_rand")(s.replace(meta={"contexts": []}))
+    with pytest.raises(ShiftbenchError, match="unknown object"):
+        sb.create_shift("background_scene", scene="mixed_rand")(s.replace(meta={"object_id": "unicorn"}))
 
 
 def test_background_only_removes_the_object_and_keeps_the_rest(obj):

@@ -35,3 +35,23 @@ def test_controls_and_attack_are_not_averaged_into_natural_backgrounds():
     assert "50.0 (transfer)" in line_b
     assert "64 images per cell: one image is 1.6 points" in text
     assert "optimised against a" in text and "early_stop: true" in text
+
+
+def test_mixed_same_mixed_rand_and_their_gap_have_columns():
+    rows = []
+    for model, same, rand in (("a", 0.75, 0.5), ("b", 0.6, 0.65)):
+        rows += [_row(model, "clean", 0.9, severity=0),
+                 _row(model, "background_scene", same, {"scene": "mixed_same"}),
+                 _row(model, "background_scene", rand, {"scene": "mixed_rand"}),
+                 _row(model, "background_color", 0.4, {"color": "red"})]
+    buf = io.StringIO()
+    _print_classification(Console(file=buf, width=250, color_system=None), rows, None, "curated")
+    text = buf.getvalue()
+    header = next(line for line in text.splitlines() if "Mixed-Same" in line)
+    assert [c.strip() for c in header.strip("┃ ").split("┃")] == [
+        "model", "clean", "natural backgrounds (mean)", "Mixed-Same", "Mixed-Rand", "BG-Gap (points)"]
+    cells = lambda m: [c.strip() for c in next(x for x in text.splitlines() if x.startswith(f"│ {m} ")).strip("│ ").split("│")]  # noqa: E731
+    # natural mean over Mixed-Same, Mixed-Rand and the colour: (75 + 50 + 40) / 3 = 55
+    assert cells("a")[1:] == ["90.0", "55.0", "75.0", "50.0", "+25.0"]
+    assert cells("b")[5] == "-5.0"
+    assert "on objects: curated" in text

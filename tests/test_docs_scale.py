@@ -73,14 +73,15 @@ def _scale_module():
 
 def test_evaluate_benchmark_is_the_demo_classification_part() -> None:
     """benchmarks/scale.py measures what the doc says: demo.yaml as it is (its models, 64 images, clean +
-    75 ImageNet-C conditions + 12 ObjectCompose ones = 88), and the quick run is a strict subset."""
+    75 ImageNet-C conditions) + the 12 compose background conditions = 88, and the quick run is a strict subset."""
     import yaml
 
     bench = _scale_module()
     demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
     full, quick = bench.demo_classification_spec(False), bench.demo_classification_spec(True)
     assert bench.n_conditions(full) == 88 and bench.n_conditions(quick) == 4
-    assert full == demo
+    assert {**full, "shifts": full["shifts"][:len(demo["shifts"])]} == demo
+    assert full["shifts"][len(demo["shifts"]):] == bench.BACKGROUNDS and len(bench.BACKGROUNDS) == 12
     assert all(s == "clean" or s["name"] in {d["name"] for d in demo["shifts"] if isinstance(d, dict)}
                for s in quick["shifts"])
 

@@ -278,3 +278,91 @@ def test_attack_source_defaults_match_the_shifts():
 
     key, default = ATTACK_SOURCE["adversarial_diffusion"]
     assert inspect.signature(AdversarialDiffusion.__init__).parameters[key].default == default
+
+
+def test_bg_gap_per_model_with_a_paired_interval():
+    """BG-Gap = Mixed-Same - Mixed-Rand per model and for the model mean; the paired bootstrap interval
+    covers the gap, and identical per-sample values on both sides give exactly 0 within noise."""
+    from shiftbench.report.objectcompose import bg_gap
+    from shiftbench.report.stats import Uncertainty
+
+    ids = [f"s{i}" for i in range(40)]
+    same_p, rand_p = {"scene": "mixed_same"}, {"scene": "mixed_rand"}
+    per_sample = {("a", "clean", ()): [1] * 40, ("a", "same", ()): [1] * 36 + [0] * 4,
+                  ("a", "rand", ()): [1] * 20 + [0] * 20,
+                  ("b", "clean", ()): [1] * 40, ("b", "same", ()): [1] * 30 + [0] * 10,
+                  ("b", "rand", ()): [1] * 30 + [0] * 10}
+    rows, samples = [], []
+    for (model, which, _), vals in per_sample.items():
+        shift, params, sev = ("clean", {}, 0) if which == "clean" else ("background_scene", same_p if which == "same" else rand_p, 5)
+        rows.append(dict(model=model, shift=shift, params=params, severity=sev, metric="top1",
+                         value=sum(vals) / 40, n=40))
+        samples.append(dict(model=model, dataset="objects", shift=shift, params=params, severity=sev, metric="top1",
+                            kind="mean", ids=ids, values=[float(v) for v in vals]))
+    summary = summarise(rows, unc=Uncertainty(samples))
+    assert summary["families"]["mixed_same"]["role"] == "background"
+    gap = summary["bg_gap"]
+    a, b, mean = gap["per_model"]["a"], gap["per_model"]["b"], gap["mean"]
+    assert a["gap"] == pytest.approx(0.9 - 0.5) and b["gap"] == 0.0 and mean["gap"] == pytest.approx(0.2)
+    assert a["low"] <= a["gap"] <= a["high"] and a["low"] > 0 and not a["noise"] and a["p_value"] < 0.01
+    assert b["low"] == b["high"] == 0.0 and b["noise"] and a["n"] == [40]
+    assert mean["low"] <= mean["gap"] <= mean["high"]
+    # without per-sample values: the gap, no interval
+    plain = summarise(rows)["bg_gap"]["per_model"]["a"]
+    assert plain["gap"] == pytest.approx(0.4) and plain["low"] is None
+    # only one side: no gap
+    assert summarise([r for r in rows if r["params"] != rand_p])["bg_gap"] is None
+    assert bg_gap([], [], {}, {}, "top1") is None
+    blocks = summary_blocks(rows, unc=Uncertainty(samples))
+    i = next(k for k, bl in enumerate(blocks) if bl.get("text", "").startswith("BG-Gap"))
+    table = blocks[i + 2]
+    by = {cell_text(r[0]): [cell_text(c) for c in r] for r in table["rows"]}
+    assert by["a"][1:4] == ["90.0", "50.0", "+40.0"] and by["b"][3] == "+0.0 ≈"
+    assert by["mean of 2 models"][3] == "+20.0"
+    # Mixed-Same stands in for the natural prompts in the ordering checks
+    assert summary["ordering"]["class_label >= caption"] is None
+
+
+def test_mixed_scenes_through_evaluate_store_and_report(tmp_path):
+    """A user's run: Mixed-Same and Mixed-Rand on objects -> store -> report; the BG-Gap is in the
+    ObjectCompose summary (JSON, Markdown) and in the headline, equal to the stored rows' difference."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        spec = {"dataset": "objects", "dataset_params": {"scenes_per_object": 1}, "limit": 16,
+                "models": ["efficientnet_lite0"], "metrics": ["top1"], "seed": 0,
+                "shifts": ["clean", {"name": "background_scene", "severity": 5, "params": {"scene": "mixed_same"}},
+                           {"name": "background_scene", "severity": 5, "params": {"scene": "mixed_rand"}}]}
+        rows = sb.evaluate(spec, store=tmp_path / "bg.db")
+    finally:
+        torch.set_num_threads(before)
+    from shiftbench.report import build_report
+
+    top1 = {r["params"].get("scene", "clean"): r["value"] for r in rows if r["metric"] == "top1"}
+    build_report(tmp_path / "bg.db", tmp_path / "report")
+    saved = json.loads((tmp_path / "report" / "objectcompose.json").read_text())
+    g = saved["bg_gap"]["per_model"]["efficientnet_lite0"]
+    assert g["gap"] == pytest.approx(top1["mixed_same"] - top1["mixed_rand"]) and g["n"] == [16]
+    assert g["low"] is not None and g["low"] <= g["gap"] <= g["high"]
+    assert set(saved["families"]) == {"mixed_same", "mixed_rand"}
+    md = (tmp_path / "report" / "objectcompose.md").read_text()
+    assert "BG-Gap (Mixed-Same minus Mixed-Rand)" in md and f"{100 * g['gap']:+.1f}" in md
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "BG-Gap" in html
+    from shiftbench.engine.store import Store
+    from shiftbench.report.headline import headline
+    from shiftbench.report.stats import Uncertainty
+    from shiftbench.report.tables import build_tables
+
+    db = Store(tmp_path / "bg.db", create=False)
+    try:
+        run = db.run(None)
+        stored, samples = db.rows(run["run_id"]), db.samples(run["run_id"])
+    finally:
+        db.close()
+    head = headline(stored, build_tables(stored, ["top1"]), ["top1"], Uncertainty(samples))
+    heads = [c["head"] for c in head["columns"]]
+    assert heads == ["top1 (%)", "mixed_same", "mixed_rand", "BG-Gap"]
+    cellg = head["rows"][0]["cells"][3]
+    assert cellg["text"].split(" ")[0] == f"{100 * g['gap']:+.1f}" and cellg["ci"].startswith("[")

@@ -1,11 +1,12 @@
 """``shiftbench demo``: the bundled specs on built-in data with the bundled models, then the report.
 
-Part 1 (configs/demo.yaml): the three EfficientNet-Lite classifiers on `objects` under the 15
-ImageNet-C corruptions at every severity and the ObjectCompose background families. Part 2
-(configs/demo_cir.yaml): the four composed retrievers on `objects-cir` under image and text
-corruptions. Both write to ``OUT/results.db``; the report of both runs goes to ``OUT/report/``.
-``--quick`` runs the smaller cuts (demo_quick.yaml, demo_cir_quick.yaml). Offline, on the CPU;
-a rerun resumes from the store.
+Part 1 (configs/demo.yaml): the three EfficientNet-Lite classifiers on `objects` (natural context) under the
+15 ImageNet-C corruptions at every severity. Part 2 (configs/demo_objectcompose.yaml): the ObjectCompose
+protocol, curated to the images every classifier gets right on clean, under Mixed-Same / Mixed-Rand scenes,
+colour and texture backgrounds, the two controls and the adversarial background. Part 3
+(configs/demo_cir.yaml): the four composed retrievers on `objects-cir` under image and text corruptions.
+All write to ``OUT/results.db``; the report of the three runs goes to ``OUT/report/``. ``--quick`` runs the
+smaller cuts (the ``_quick`` files). Offline, on the CPU; a rerun resumes from the store.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     start = time.perf_counter()
     run_ids, timings = [], {}
     summaries = []
-    for part in (f"demo{suffix}", f"demo_cir{suffix}"):
+    for part in (f"demo{suffix}", f"demo_objectcompose{suffix}", f"demo_cir{suffix}"):
         spec = demo_spec(part)
         console.print(f"[bold]{spec['name']}[/bold]: {plural(len(spec['models']), 'model')} on '{spec['dataset']}', "
                       f"{plural(len(spec['shifts']), 'shift entry', 'shift entries')} -> {store}", soft_wrap=True)
@@ -53,16 +54,20 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
         summaries.append(rows)
     report = build_report(store, out / f"report{suffix}", run_id=run_ids)
     total = time.perf_counter() - start
-    _print_classification(console, summaries[0], demo_spec(f"demo{suffix}"))
-    _print_retrieval(console, summaries[1])
+    _print_classification(console, summaries[0], demo_spec(f"demo{suffix}"), "corruptions")
+    _print_classification(console, summaries[1], demo_spec(f"demo_objectcompose{suffix}"),
+                          "ObjectCompose backgrounds, curated")
+    _print_retrieval(console, summaries[2])
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     console.print(f"done in {total:.0f} s ({parts}); report: {report}", soft_wrap=True, markup=False)
     return report
 
 
-def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, Any] | None = None) -> None:
-    """Per model: clean, the corruptions' mean, the natural background families' mean, and the two
-    controls and the attack in columns of their own (never averaged into the natural families)."""
+def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, Any] | None = None,
+                          what: str = "") -> None:
+    """Per model: clean, the corruptions' mean, the natural background families' mean, Mixed-Same,
+    Mixed-Rand and their BG-Gap, and the two controls and the attack in columns of their own (never
+    averaged into the natural families). Columns a run has no rows for are left out."""
     from rich.table import Table
 
     from ..registry import SHIFTS
@@ -70,32 +75,59 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
     from ..report.objectcompose import family_of
     from ..report.tables import condition_label
 
-    table = Table(title="top-1 accuracy (%) on objects", title_justify="left")
-    table.add_column("model", no_wrap=True)
-    columns = ("clean", "corruptions (mean)", "natural backgrounds (mean)", "object only (control)",
-               "background only (control)", "adversarial (attack)")
-    for col in columns:
-        table.add_column(col, justify="right")
-    table.add_column("worst corruption", overflow="fold")
     top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
     groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
     source = _attack_source(spec, rows)
     n = max((r["n"] for r in top1 if r["shift"] == "clean"), default=0)
+    fam = {(r["shift"], str(sorted((r["params"] or {}).items()))): family_of(r["shift"], r["params"]) for r in top1}
+
+    def family(r: dict[str, Any]) -> str | None:
+        return fam[(r["shift"], str(sorted((r["params"] or {}).items())))]
+
+    def values(mine: list[dict[str, Any]], names: tuple[str, ...]) -> list[float]:
+        return [r["value"] for r in mine if family(r) in names]
+
+    is_corruption = lambda r: groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")  # noqa: E731
+    present = {family(r) for r in top1}
+    gap = {"mixed_same", "mixed_rand"} <= present
+    columns: list[tuple[str, Any]] = [("clean", lambda mine: _pct(next((r["value"] for r in mine
+                                                                        if r["shift"] == "clean"), None)))]
+    if any(is_corruption(r) for r in top1):
+        columns.append(("corruptions (mean)", lambda mine: _mean_pct([r["value"] for r in mine if is_corruption(r)])))
+    if present & set(NATURAL_FAMILIES):
+        columns.append(("natural backgrounds (mean)", lambda mine: _mean_pct(values(mine, NATURAL_FAMILIES))))
+    if gap:
+        columns += [("Mixed-Same", lambda mine: _mean_pct(values(mine, ("mixed_same",)))),
+                    ("Mixed-Rand", lambda mine: _mean_pct(values(mine, ("mixed_rand",)))),
+                    ("BG-Gap (points)", lambda mine: _points(values(mine, ("mixed_same",)), values(mine, ("mixed_rand",))))]
+    if "object_only" in present:
+        columns.append(("object only (control)", lambda mine: _mean_pct(values(mine, ("object_only",)))))
+    if "background_only" in present:
+        columns.append(("background only (control)", lambda mine: _mean_pct(values(mine, ("background_only",)))))
+    if "adversarial" in present:
+        columns.append(("adversarial (attack)", None))
+    title = "top-1 accuracy (%) on objects" + (f": {what}" if what else "")
+    table = Table(title=title, title_justify="left")
+    table.add_column("model", no_wrap=True)
+    for head, _ in columns:
+        table.add_column(head, justify="right")
+    corrupted = any(is_corruption(r) for r in top1)
+    if corrupted:
+        table.add_column("worst corruption", overflow="fold")
     for model in dict.fromkeys(r["model"] for r in top1):
         mine = [r for r in top1 if r["model"] == model]
-        clean = next((r["value"] for r in mine if r["shift"] == "clean"), None)
-        corr = [r for r in mine if groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")]
-        fam = {r["shift"]: family_of(r["shift"], r["params"]) for r in mine}
-        natural = [r["value"] for r in mine if fam[r["shift"]] in NATURAL_FAMILIES]
-        attack = [r["value"] for r in mine if fam[r["shift"]] == "adversarial"]
-        worst = min(corr, key=lambda r: r["value"], default=None)
-        cells = [_pct(clean), _mean_pct([r["value"] for r in corr]), _mean_pct(natural),
-                 _mean_pct([r["value"] for r in mine if fam[r["shift"]] == "object_only"]),
-                 _mean_pct([r["value"] for r in mine if fam[r["shift"]] == "background_only"]),
-                 _mean_pct(attack) + ("" if not attack else " (attacked)" if model == source else " (transfer)")]
-        table.add_row(model, *cells,
-                      f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} ({_pct(worst['value'])})"
-                      if worst else "–")
+        cells = []
+        for head, fn in columns:
+            if fn is None:  # the attack: which model it was optimised against
+                attack = values(mine, ("adversarial",))
+                cells.append(_mean_pct(attack) + (" (attacked)" if model == source else " (transfer)"))
+            else:
+                cells.append(fn(mine))
+        if corrupted:
+            worst = min((r for r in mine if is_corruption(r)), key=lambda r: r["value"], default=None)
+            cells.append(f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} "
+                         f"({_pct(worst['value'])})" if worst else "–")
+        table.add_row(model, *cells)
     print_table(console, table)
     notes = [f"{n} images per cell: one image is {100 / n:.1f} points." if n else ""]
     if any(family_of(r["shift"], r["params"]) == "adversarial" for r in top1):
@@ -116,6 +148,13 @@ def _attack_source(spec: dict[str, Any] | None, rows: list[dict[str, Any]]) -> s
             if model:
                 return str(model)
     return "efficientnet_lite0"
+
+
+def _points(same: list[float], rand: list[float]) -> str:
+    """Mixed-Same minus Mixed-Rand in points of top-1, signed."""
+    if not same or not rand:
+        return "–"
+    return f"{100 * (sum(same) / len(same) - sum(rand) / len(rand)):+.1f}"
 
 
 def _mean_pct(values: list[float]) -> str:

@@ -71,7 +71,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
                 unc.annotate(t)
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
-        summaries = _summaries(out, rows, prefix, quality)
+        summaries = _summaries(out, rows, prefix, quality, unc)
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
         head = headline(rows, tables, preferred, unc)
@@ -155,7 +155,7 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
 
 
 def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
-               quality: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+               quality: list[dict[str, Any]] | None = None, unc: Uncertainty | None = None) -> list[dict[str, Any]]:
     """Task-specific summaries (Pascal-EA, ObjectCompose families, composed retrieval) as structured blocks
     (report.blocks: ``{"title", "id", "blocks"}``); their ``.md`` files are the Markdown export of the same
     blocks, so the HTML never receives Markdown."""
@@ -168,7 +168,7 @@ def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
     if write_pascal_ea(out / tag if prefix else out, rows, quality or []) is not None:
         found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
                       "blocks": pascal_blocks(rows, quality or [])})
-    oc = _write_objectcompose(out, rows, prefix)
+    oc = _write_objectcompose(out, rows, prefix, unc)
     if oc:
         found.append({"title": "ObjectCompose summary", "id": f"{tag}-objectcompose".lstrip("-"), "blocks": oc})
     if any(r["metric"].startswith("R@") for r in rows):
@@ -351,12 +351,13 @@ def _block_cell(cell: Any) -> dict[str, str]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]] | None:
+def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "",
+                         unc: Uncertainty | None = None) -> list[dict[str, Any]] | None:
     """objectcompose.{md,json} (background runs only): each prompt family's mean and worst condition with
     its change against clean (shifted - clean) and the paper's ordering; returns the summary's blocks."""
     from .objectcompose import blocks_from_summary, summarise, to_markdown
 
-    summary = summarise(rows)
+    summary = summarise(rows, unc=unc)
     if not summary["families"]:
         return None
     (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -20,7 +20,7 @@ from .tables import CLEAN, Table, params_key
 __all__ = ["natural_key", "order_tables", "headline_table", "headline", "NATURAL_FAMILIES", "CONTROLS", "ATTACKS"]
 
 # ObjectCompose families: natural backgrounds, then the two masking controls and the attack, never mixed
-NATURAL_FAMILIES = ("class_label", "caption", "scene", "color", "texture", "custom")
+NATURAL_FAMILIES = ("class_label", "caption", "scene", "mixed_same", "mixed_rand", "color", "texture", "custom")
 CONTROLS = ("object_only", "background_only")
 ATTACKS = ("adversarial",)
 _FIXED_ORDER = ("top1", "top5", "ece", "text_similarity", "miou", "foreground_iou", "box_ap", "mask_ap")
@@ -135,6 +135,8 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
         for fam in names:
             if fam in families:
                 out.append((group, f"family:{fam}", fam, families[fam]))
+                if fam == "mixed_rand" and "mixed_same" in families:
+                    out.append((group, "bg_gap", "BG-Gap", []))  # Mixed-Same minus Mixed-Rand, per model
     attributes: dict[str, list[dict[str, Any]]] = {}
     for r in mrows:
         if attribute_value(r["shift"], r["params"] or {}) is not None:
@@ -157,6 +159,34 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
     return out
 
 
+def _gap_cell(model: str, metric: str, pct: bool, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]],
+              unc: Any) -> dict[str, Any]:
+    """The BG-Gap cell of one model: Mixed-Same minus Mixed-Rand (means over their conditions), signed, with
+    its paired 95% bootstrap CI when the store has per-sample values."""
+    sides = {key: [r for r in grows if r["model"] == model] for _, key, _, grows in groups
+             if key in ("family:mixed_same", "family:mixed_rand")}
+    same, rand = sides.get("family:mixed_same") or [], sides.get("family:mixed_rand") or []
+    vs, vr = _mean(r["value"] for r in same), _mean(r["value"] for r in rand)
+    if vs is None or vr is None:
+        return {"text": "–", "ci": "", "title": "", "cls": "", "n": None}
+    gap = vs - vr
+    res = unc.contrast([model], metric, _conditions(same), _conditions(rand)) if unc is not None else None
+    title = [f"BG-Gap = Mixed-Same {_fmt(vs, pct)} - Mixed-Rand {_fmt(vr, pct)}" + (" points" if pct else ""),
+             f"n = {same[0]['n']} samples per condition" if same[0].get("n") else "n not recorded"]
+    ci, cls = "", ("down" if gap > 0 else "up" if gap < 0 else "")
+    if res and res.get("low") is not None:
+        ci = f"[{_fmt(res['low'], pct, True)}, {_fmt(res['high'], pct, True)}]"
+        title.append(f"95% paired-bootstrap CI {ci}")
+        if res.get("p_value") is not None:
+            title.append(f"p = {res['p_value']:.3g} (paired, Mixed-Same against Mixed-Rand)")
+    text = _fmt(gap, pct, signed=True)
+    if res and res.get("noise"):
+        text += " ≈"
+        cls = "noise"
+        title.append("≈: the gap is within noise (its 95% CI contains 0)")
+    return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": same[0].get("n")}
+
+
 def _text_shift(name: str) -> bool:
     from ..registry import SHIFTS
 
@@ -177,6 +207,11 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
                                       "title": f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better"}]
     groups = _groups(rows, metric)
     for group, key, head, grows in groups:
+        if key == "bg_gap":
+            columns.append({"group": group, "head": head,
+                            "title": f"BG-Gap: {metric}{unit} on Mixed-Same minus Mixed-Rand, in points (Xiao et al., "
+                                     "Noise or Signal, ICLR 2021); positive = the model relies on a fitting background"})
+            continue
         k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
         columns.append({"group": group, "head": head,
                         "title": f"{metric}{unit}: mean over {k} condition(s) of {head} (all severities run), "
@@ -215,6 +250,9 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
             stats = {"value": clean, "low": clean_cell.low, "high": clean_cell.high, "n": n}
         cells = [_cell(clean, percent=pct, n=n, what=f"clean {metric}", stats=stats)]
         for _, key, head, grows in groups:
+            if key == "bg_gap":
+                cells.append(_gap_cell(model, metric, pct, groups, unc if has else None))
+                continue
             mine = [r for r in grows if r["model"] == model]
             value = _mean(r["value"] for r in mine)
             delta = None if value is None or clean is None else value - clean

@@ -43,10 +43,10 @@ from .blocks import blocks_to_markdown, cell
 
 __all__ = ["family_of", "role_of", "attack_source", "summarise", "summary_blocks", "blocks_from_summary",
            "to_markdown", "write_summary", "FAMILY_ORDER", "ROLES", "SIMILAR", "FAR", "TITLE", "PAPER_TABLE1",
-           "ATTACK_SOURCE", "SIDE_BY_SIDE"]
+           "ATTACK_SOURCE", "SIDE_BY_SIDE", "bg_gap"]
 
-FAMILY_ORDER = ("class_label", "caption", "scene", "color", "texture", "custom", "adversarial", "object_only",
-                "background_only")
+FAMILY_ORDER = ("class_label", "caption", "scene", "mixed_same", "mixed_rand", "color", "texture", "custom",
+                "adversarial", "object_only", "background_only")
 ROLES = {"adversarial": "attack", "object_only": "control", "background_only": "control"}  # the rest: background
 SIMILAR = 0.05
 FAR = 0.20
@@ -58,6 +58,7 @@ TITLE = "ObjectCompose summary"
 PAPER_TABLE1: dict[str, float] = {"clean": 97.71, "class_label": 94.70, "caption": 91.08, "color": 83.37,
                                   "texture": 81.55, "adversarial": 21.65}
 PAPER_NAME = "ObjectCompose Table 1 (ImageNet-B_1000, mean of 7 classifiers)"
+GAP_SOURCE = "Xiao et al., Noise or Signal: The Role of Image Backgrounds in Object Recognition, ICLR 2021"
 
 # The attack's source model: the shift param that names it and its default when the spec leaves it out
 # (adversarial_texture(model=...), adversarial_diffusion(classifier=...); test_report_objectcompose checks
@@ -68,7 +69,8 @@ ATTACK_SOURCE: dict[str, tuple[str, str]] = {"adversarial_texture": ("model", "e
 # The side-by-side rows: (row key, our family, part of the adversarial family or None, paper key or None)
 SIDE_BY_SIDE: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("clean", "clean", None, "clean"), ("class_label", "class_label", None, "class_label"),
-    ("caption", "caption", None, "caption"), ("scene", "scene", None, None), ("color", "color", None, "color"),
+    ("caption", "caption", None, "caption"), ("scene", "scene", None, None),
+    ("mixed_same", "mixed_same", None, None), ("mixed_rand", "mixed_rand", None, None), ("color", "color", None, "color"),
     ("texture", "texture", None, "texture"), ("adversarial (all models)", "adversarial", None, "adversarial"),
     ("adversarial white-box", "adversarial", "whitebox", None),
     ("adversarial transfer", "adversarial", "transfer", None))
@@ -83,6 +85,8 @@ def family_of(shift: str, params: dict[str, Any] | None) -> str | None:
         prompt = str(params.get("prompt", "class_label"))
         family = prompt.rstrip("0123456789")
         return family if family in ("class_label", "caption", "color", "texture") else "custom"
+    if shift == "background_scene" and params.get("scene") in ("mixed_same", "mixed_rand"):
+        return str(params["scene"])
     return {"background_color": "color", "background_texture": "texture", "background_scene": "scene",
             "object_only": "object_only", "background_only": "background_only"}.get(shift)
 
@@ -112,7 +116,7 @@ def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str, Any]:
+def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None) -> dict[str, Any]:
     """Per family: the mean over its conditions and the worst condition (of the model mean), each with its
     change against clean (shifted - clean), and the same per model.
 
@@ -124,11 +128,14 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
     models its mean covers. ``adversarial_whitebox`` / ``adversarial_transfer``: ``{"conditions", "models",
     "mean", "mean_change", "worst", "value", "change", "n"}`` over the attacked model's rows / every other
     model's rows (None when there are none). ``paper``: ``{"source", "clean", "families": {family: {"value",
-    "change"}}, "ordering", "holds"}`` from ``PAPER_TABLE1``, its ordering computed like ours.
+    "change"}}, "ordering", "holds"}`` from ``PAPER_TABLE1``, its ordering computed like ours. ``bg_gap``
+    (None unless the run has both Mixed-Same and Mixed-Rand): see :func:`bg_gap`; ``unc`` (a
+    ``stats.Uncertainty`` of the run) adds its confidence intervals.
     """
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)  # (condition, family) -> model -> value
     counts: dict[tuple[str, str], int] = {}  # (condition, model) -> n
     sources: dict[str, str | None] = {}  # adversarial condition -> its source model
+    conds: dict[str, tuple[str, dict[str, Any], int]] = {}  # condition label -> (shift, params, severity)
     clean: dict[str, float] = {}
     clean_n: dict[str, int] = {}
     for r in rows:
@@ -145,6 +152,7 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
         if family is not None:
             label = _label(r["shift"], params, int(r.get("severity") or 0))
             values[(label, family)][r["model"]] = float(r["value"])
+            conds[label] = (r["shift"], params, int(r.get("severity") or 0))
             counts[(label, r["model"])] = int(r.get("n") or 0)
             if family == "adversarial":
                 sources[label] = attack_source(r["shift"], params)
@@ -186,10 +194,48 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1") -> dict[str,
     return {"metric": metric, "clean": clean_mean, "clean_per_model": clean, "n_per_model": clean_n,
             "families": families, "ordering": ordering, "holds": _verdict(ordering),
             "adversarial_whitebox": split["whitebox"], "adversarial_transfer": split["transfer"],
+            "bg_gap": bg_gap(by_family.get("mixed_same", []), by_family.get("mixed_rand", []), conds, counts,
+                             metric, unc),
             "paper": {"source": PAPER_NAME, "clean": paper["clean"],
                       "families": {f: {"value": v, "change": v - paper["clean"]}
                                    for f, v in paper.items() if f != "clean"},
                       "ordering": paper_ordering, "holds": _verdict(paper_ordering)}}
+
+
+def bg_gap(same: list[tuple[str, dict[str, float]]], rand: list[tuple[str, dict[str, float]]],
+           conds: dict[str, tuple[str, dict[str, Any], int]], counts: dict[tuple[str, str], int], metric: str,
+           unc: Any = None) -> dict[str, Any] | None:
+    """The BG-Gap of Xiao et al. ("Noise or Signal", ICLR 2021): accuracy on Mixed-Same (another congruent
+    scene) minus accuracy on Mixed-Rand (an incongruent scene), per model and for the mean over the models
+    that have both; each side is the mean over its conditions. A positive gap: the model leans on the
+    background matching the object. With ``unc`` each gap gets its paired 95% bootstrap interval and p-value
+    (the same images under both; ``Uncertainty.contrast``). None unless both families are in the run.
+
+    ``{"source", "per_model": {model: {"same", "rand", "gap", "low", "high", "p_value", "noise", "n"}},
+    "mean": {...the same over the models...}, "models"}``"""
+    if not same or not rand:
+        return None
+    models = sorted({m for _, pm in same for m in pm} & {m for _, pm in rand for m in pm})
+    if not models:
+        return None
+
+    def side(conditions, chosen):
+        vals = [pm[m] for _, pm in conditions for m in chosen if m in pm]
+        return sum(vals) / len(vals) if vals else None
+
+    def entry(chosen: list[str]) -> dict[str, Any]:
+        s_, r_ = side(same, chosen), side(rand, chosen)
+        out = {"same": s_, "rand": r_, "gap": _sub(s_, r_), "low": None, "high": None, "p_value": None,
+               "noise": None, "n": sorted({counts[(label, m)] for label, _ in same + rand for m in chosen
+                                           if counts.get((label, m))})}
+        if unc is not None and all(unc.has(m, metric) for m in chosen):
+            res = unc.contrast(chosen, metric, [conds[label] for label, _ in same], [conds[label] for label, _ in rand])
+            if res is not None:
+                out.update(low=res["low"], high=res["high"], p_value=res["p_value"], noise=res["noise"])
+        return out
+
+    return {"source": GAP_SOURCE, "models": models, "per_model": {m: entry([m]) for m in models},
+            "mean": entry(models)}
 
 
 def _ns(counts: dict[tuple[str, str], int], label: str, models: Iterable[str]) -> list[int]:
@@ -236,7 +282,10 @@ def _attack_part(conditions: list[tuple[str, dict[str, float]]], sources: dict[s
 def _ordering(v: dict[str, float]) -> dict[str, bool | None]:
     """The paper's ordering, piece by piece, on the worst values; None where a family is missing. Controls
     never take part; the adversarial family only where the paper compares it."""
-    natural = [f for f in ("class_label", "caption", "scene") if f in v]
+    # the paper's natural families are its class-label and caption prompts; on the compose backend another
+    # congruent scene (Mixed-Same) stands in for them, and failing that any other scene
+    natural = ([f for f in ("class_label", "caption", "mixed_same") if f in v]
+               or [f for f in ("scene",) if f in v])
     weakest_natural = min((v[f] for f in natural), default=None)
 
     def need(*fams):
@@ -299,8 +348,12 @@ def _side_by_side_blocks(summary: dict[str, Any], n_text: str) -> list[dict[str,
             ours = summary["families"].get(family)
         if paper_key is None:
             p_value = p_change = None
-            why = ("ours only: the compose stand-in for the natural prompts" if family == "scene" else
-                   "the paper reports the mean over its 7 classifiers only (the attacked Res-50 among them)")
+            why = {"scene": "ours only: another scene photo (a named one or any other)",
+                   "mixed_same": "ours only: another scene congruent with the object (ImageNet-9's Mixed-Same), "
+                                 "the compose stand-in for the paper's class-label and caption prompts",
+                   "mixed_rand": "ours only: a scene sharing no context with the object (ImageNet-9's Mixed-Rand)",
+                   }.get(family, "the paper reports the mean over its 7 classifiers only (the attacked Res-50 "
+                                 "among them)")
         elif paper_key == "clean":
             p_value, p_change, why = paper.get("clean"), None, paper.get("source", "")
         else:
@@ -331,6 +384,43 @@ def _side_by_side_blocks(summary: dict[str, Any], n_text: str) -> list[dict[str,
                                        f"paper {metric}", "paper change", "n"], "rows": rows}]
 
 
+def _gap_cell(e: dict[str, Any]) -> str | dict[str, Any]:
+    if e["gap"] is None:
+        return "–"
+    ci = (f"; 95% paired-bootstrap CI [{_signed(e['low'])}, {_signed(e['high'])}]"
+          if e.get("low") is not None else "; no per-sample values: no CI")
+    p = f"; p = {e['p_value']:.3g}" if e.get("p_value") is not None else ""
+    return cell(_signed(e["gap"]) + (" ≈" if e.get("noise") else ""),
+                "Mixed-Same - Mixed-Rand in points" + ci + p, None if e.get("noise") else
+                ("down" if e["gap"] > 0 else "up" if e["gap"] < 0 else None))
+
+
+def _gap_blocks(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The BG-Gap table: per model (and their mean) Mixed-Same, Mixed-Rand, the gap and its 95% CI."""
+    gap = summary.get("bg_gap")
+    if not gap:
+        return []
+    metric = summary["metric"]
+    rows = []
+    lines = [(m, gap["per_model"][m]) for m in gap["models"]]
+    if len(gap["models"]) > 1:
+        lines.append((f"mean of {len(gap['models'])} models", gap["mean"]))
+    for name, e in lines:
+        ci = "–" if e.get("low") is None else f"[{_signed(e['low'])}, {_signed(e['high'])}]"
+        rows.append([name, _pct(e["same"]), _pct(e["rand"]), _gap_cell(e), ci,
+                     "–" if e.get("p_value") is None else f"{e['p_value']:.3g}",
+                     "/".join(str(n) for n in e["n"]) or "–"])
+    return [{"kind": "heading", "text": "BG-Gap (Mixed-Same minus Mixed-Rand)"},
+            {"kind": "text", "text": f"{metric} in percent on the object moved to another scene congruent with it "
+                                     "(Mixed-Same) and to a scene sharing no context with it (Mixed-Rand); the "
+                                     "BG-Gap is their difference in points, as in Xiao et al., \"Noise or Signal\" "
+                                     "(ICLR 2021). A positive gap means the model relies on the background fitting "
+                                     "the object. CI: 95% paired bootstrap over the images (the same images under "
+                                     "both); ≈ marks a gap whose CI contains 0. n: images per model and condition."},
+            {"kind": "table", "head": ["model", f"Mixed-Same {metric}", f"Mixed-Rand {metric}", "BG-Gap (points)",
+                                       "95% CI", "p", "n"], "rows": rows}]
+
+
 def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The summary as report blocks (contract: heading / text / list / table; plain strings, no Markdown)."""
     metric = summary["metric"]
@@ -358,11 +448,13 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
                               _change_cell(e["mean_change"], n_text), e["worst"],
                               cell(_pct(e["value"]), n_text), _change_cell(e["change"], n_text)])
     blocks += _side_by_side_blocks(summary, n_text)
+    blocks += _gap_blocks(summary)
     paper = summary.get("paper") or {}
     paper_ordering = paper.get("ordering", {})
     blocks.append({"kind": "heading", "text": "The paper's ordering"})
     blocks.append({"kind": "text", "text": "Class label >= caption > colour ~ texture >> adversarial, on the worst "
-                                           "values; scene stands in for the natural prompts on the compose backend; "
+                                           "values; on the compose backend Mixed-Same (another congruent scene) stands "
+                                           "in for the natural prompts, or any scene when there is none; "
                                            f"~ means within {100 * SIMILAR:.0f} points, >> at least {100 * FAR:.0f} "
                                            "points lower. Controls take no part. The adversarial family is all models "
                                            "together, as the paper scores its attack on all seven classifiers. Each "
@@ -394,9 +486,9 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def summary_blocks(rows: Iterable[dict[str, Any]], metric: str = "top1") -> list[dict[str, Any]]:
+def summary_blocks(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None) -> list[dict[str, Any]]:
     """The ObjectCompose summary of ``rows`` as report blocks; empty when no row belongs to a family."""
-    summary = summarise(rows, metric)
+    summary = summarise(rows, metric, unc)
     return blocks_from_summary(summary) if summary["families"] else []
 
 
@@ -415,9 +507,13 @@ def write_summary(store: str | os.PathLike, out: str | os.PathLike, run_id: str 
     try:
         run = db.run(run_id)
         rows = db.rows(run["run_id"])
+        samples = db.samples(run["run_id"])
     finally:
         db.close()
-    summary = summarise(rows, metric)
+    from .stats import Uncertainty
+
+    unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
+    summary = summarise(rows, metric, unc)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

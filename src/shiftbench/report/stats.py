@@ -138,6 +138,39 @@ class Uncertainty:
         return {"diff": diff, "low": low, "high": high, "p_value": p, "n": n,
                 "noise": None if interval is None else within_noise(low, high)}
 
+    def contrast(self, models: list[str], metric: str, plus: list[Condition], minus: list[Condition]) -> dict | None:
+        """Paired difference, within the same models, of the mean over the ``plus`` conditions minus the mean
+        over the ``minus`` conditions (e.g. the BG-Gap: Mixed-Same minus Mixed-Rand), on the sample ids each
+        model has under both sides; ids resampled jointly across conditions and models.
+        ``{"diff", "low", "high", "p_value", "n", "noise"}``; None without per-sample values."""
+        cp, cm = _canonical(plus), _canonical(minus)
+        if not cp or not cm or not models:
+            return None
+        ep = {m: [self._entry(m, metric, c) for c in cp] for m in models}
+        em = {m: [self._entry(m, metric, c) for c in cm] for m in models}
+        entries = [e for m in models for e in ep[m] + em[m]]
+        if any(e is None for e in entries) or len({e.kind for e in entries}) != 1:
+            return None
+        terms = []
+        for m in models:
+            ids_p = set.intersection(*(set(e.ids) for e in ep[m]))
+            ids_m = set.intersection(*(set(e.ids) for e in em[m]))
+            terms += [_Term(1.0 / (len(models) * len(cp)), e, ids_m) for e in ep[m]]
+            terms += [_Term(-1.0 / (len(models) * len(cm)), e, ids_p) for e in em[m]]
+        res = self._bootstrap(_canonical(cp + cm), terms)
+        if res is None:
+            return None
+        diff, boots, n = res
+        interval = percentile_interval(boots, self.level)
+        low, high = interval if interval else (None, None)
+        p = None
+        if len(models) == 1 and len(cp) == 1 and len(cm) == 1:
+            p = self._mcnemar(metric, em[models[0]][0], ep[models[0]][0])
+        if p is None:
+            p = bootstrap_p_value(boots)
+        return {"diff": diff, "low": low, "high": high, "p_value": p, "n": n,
+                "noise": None if interval is None else within_noise(low, high)}
+
     def annotate(self, table: Table) -> None:
         """Fill low/high (and, off clean, delta_low/delta_high/p_value/noise) of every cell of ``table``
         whose conditions all have per-sample values; the mean column resamples ids jointly across models."""

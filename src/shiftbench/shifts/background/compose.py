@@ -11,8 +11,10 @@ original one, default 5 = a full replacement as in ObjectCompose):
   fine interference patterns of oriented gratings, tinted; 3 "colorful textured": a colourful mosaic of
   warped hue cells modulated by gratings; 4 "distorted textures": a texture photo warped by a strong smooth
   random displacement field.
-- ``background_scene``   scene = a scene id of the ``objects`` dataset or ``random`` (a seeded scene other
-  than the sample's own).
+- ``background_scene``   scene = a scene id of the ``objects`` dataset, ``random`` (a seeded scene other
+  than the sample's own), ``mixed_same`` (another scene congruent with the object: ImageNet-9's Mixed-Same)
+  or ``mixed_rand`` (a scene sharing no context with the object: Mixed-Rand); their difference in accuracy
+  is the BG-Gap of Xiao et al., "Noise or Signal" (ICLR 2021), which the report computes per model.
 - ``object_only``        the background masked out (black): accuracy with the background removed.
   Dilation defaults to 0 so that nothing of the old background remains.
 - ``background_only``    the object masked out: the object's dilated region is filled from its surroundings
@@ -195,26 +197,64 @@ class BackgroundTexture(BackgroundShift):
 
 # -- scene --------------------------------------------------------------------------------------------
 @SHIFTS.register("background_scene", group="background",
-                 description="background replaced by another real scene photo; object kept exactly")
+                 description="background replaced by another real scene photo (a named one, a random one, another "
+                             "congruent one: Mixed-Same, or an incongruent one: Mixed-Rand); object kept exactly")
 class BackgroundScene(BackgroundShift):
-    """Another real scene behind the object; ``scene`` = a scene id of the objects dataset or ``random``."""
+    """Another real scene behind the object. ``scene`` is a scene id of the objects dataset, ``random`` (any
+    scene but the sample's own), ``mixed_same`` (another scene sharing a context with the object: ImageNet-9's
+    Mixed-Same) or ``mixed_rand`` (a scene sharing no context with it: Mixed-Rand). The two mixed pools need
+    the object's contexts: ``meta["contexts"]`` (a list of ``objects.CONTEXTS``) or ``meta["object_id"]`` of
+    the objects dataset. The drawn scene is recorded in the params."""
+
+    POOLS: ClassVar[tuple[str, ...]] = ("random", "mixed_same", "mixed_rand")
 
     def __init__(self, scene: str = "random", mask: str = "auto", dilation: int | None = None,
                  mask_options: dict | None = None):
         from ...datasets import objects
 
-        if scene != "random":
+        if scene not in self.POOLS:
             objects.scene_info(scene)  # unknown ids fail here with "did you mean"
         self.scene = scene
         super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, scene=scene)
 
+    def _contexts(self, sample: Sample) -> set[str]:
+        from ...datasets import objects
+
+        meta = sample.meta or {}
+        where = f"background_scene scene={self.scene!r}, sample {sample.id!r}"
+        if meta.get("contexts") is not None:
+            given = meta["contexts"]
+            given = [given] if isinstance(given, str) else given
+            if not isinstance(given, (list, tuple)) or not given or not all(isinstance(c, str) for c in given):
+                raise ShiftbenchError(f"{where}: meta 'contexts' must be a non-empty list of {', '.join(objects.CONTEXTS)}; "
+                                      f"got {meta['contexts']!r}")
+            unknown = sorted(set(given) - set(objects.CONTEXTS))
+            if unknown:
+                raise ShiftbenchError(f"{where}: unknown context(s) {', '.join(map(repr, unknown))} in meta 'contexts' "
+                                      f"(known: {', '.join(objects.CONTEXTS)})")
+            return set(given)
+        if meta.get("object_id") is not None:
+            return set(objects.object_info(meta["object_id"]).contexts)
+        raise ShiftbenchError(f"{where}: needs the object's contexts, from meta 'object_id' (the objects dataset) "
+                              f"or meta 'contexts' (a list of {', '.join(objects.CONTEXTS)})")
+
     def background_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         from ...datasets import objects
 
-        if self.scene != "random":
+        if self.scene not in self.POOLS:
             return {"scene": self.scene}
         own = (sample.meta or {}).get("scene_id")
-        choices = [s for s in objects.scene_ids() if s != own]
+        if self.scene == "random":
+            choices = [s for s in objects.scene_ids() if s != own]
+        else:
+            contexts = self._contexts(sample)
+            same = self.scene == "mixed_same"
+            choices = [s for s in objects.scene_ids()
+                       if s != own and bool(contexts & set(objects.scene_info(s).contexts)) == same]
+            if not choices:
+                kind = "other congruent" if same else "incongruent"
+                raise ShiftbenchError(f"background_scene scene={self.scene!r}, sample {sample.id!r}: no {kind} scene "
+                                      f"for contexts {', '.join(sorted(contexts))}")
         return {"scene": choices[int(rng.integers(len(choices)))]}
 
     def background(self, sample: Sample, params: dict[str, Any]) -> np.ndarray:
