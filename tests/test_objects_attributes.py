@@ -35,12 +35,13 @@ def test_config_holds_the_twelve_edits_at_severity_5_on_the_classic_backend():
     assert all(s.severities == (5,) and s.params["backend"] == "classic" for s in edits)
     assert [s.name for s in spec.shifts].count("clean") == 1
     assert [m.name for m in spec.models] == MODELS and spec.metrics == ["top1", "ece"] and spec.seed == 0
-    assert spec.dataset_params == {"scenes_per_object": 1}
+    assert spec.dataset_params == {"scenes_per_object": 4} and spec.curate == {"models": None, "min_mask_fraction": None}
 
 
 def test_cut_config_runs_to_store_and_report(tmp_path):
     spec = load_spec(CONFIG)
     spec.limit = 4
+    spec.curate = None  # four samples: curation is tested in test_curate_protocol.py
     keep = ({"material": "paper", "backend": "classic"}, {"style": "sketch", "backend": "classic"})
     spec.shifts = [s for s in spec.shifts if s.name == "clean" or s.params in keep]
     assert len(spec.shifts) == 3

@@ -4,8 +4,10 @@ against clean, the controls and the attack in their own rows, and whether the pa
 
 Families: ``background_inpaint`` / ``adversarial_diffusion`` are placed by their prompt (``class_label``,
 ``caption``, ``colorN``, ``textureN``); the weight-free backend maps ``background_color`` to colour,
-``background_texture`` to texture, ``background_scene`` to ``scene`` (the compose stand-in for the natural
-class-label and caption backgrounds) and ``adversarial_texture`` / ``adversarial_diffusion`` to adversarial.
+``background_texture`` to texture, ``background_scene`` to ``mixed_same`` / ``mixed_rand`` (another congruent
+scene, the compose stand-in for the natural class-label and caption backgrounds / an incongruent one; their
+difference is the BG-Gap, :func:`bg_gap`) or ``scene`` (a named or random scene), and
+``adversarial_texture`` / ``adversarial_diffusion`` to adversarial.
 Each family has a role: ``background`` (natural prompt families), ``control`` (``object_only``,
 ``background_only``: masking conditions, 0 % by construction for ``background_only``) or ``attack``
 (``adversarial``, white-box). Controls and attacks are never averaged into a background family.
