@@ -375,15 +375,19 @@ def _side_by_side_blocks(summary: dict[str, Any], n_text: str) -> list[dict[str,
                          "–" if p_change is None else cell(f"{100 * p_change:+.2f}", "paper value - paper clean",
                                                            "down" if p_change < 0 else None)),
                      _n_cell(ours.get("n"), models)])
-    return [{"kind": "heading", "text": "Ours vs the paper"},
-            {"kind": "text", "text": f"{metric} in percent. Ours: the family's worst condition (mean over the models) "
-                                     "and its change against our clean; the paper: its Table 1 value (the worst prompt, "
-                                     "mean of 7 classifiers, ImageNet-B_1000) and its change against the paper's clean. "
-                                     "The adversarial family is split by the attack's source model: white-box rows are "
-                                     "the attacked model's, transfer rows every other model's. n: images per model and "
-                                     "condition."},
-            {"kind": "table", "head": ["family", "our worst condition", f"ours {metric}", "ours change",
-                                       f"paper {metric}", "paper change", "n"], "rows": rows}]
+    text = (f"{metric} in percent. Ours: the family's worst condition (mean over the models) and its change "
+            "against our clean; the paper: its Table 1 value (the worst prompt, mean of 7 classifiers, "
+            "ImageNet-B_1000) and its change against the paper's clean. The adversarial family is split by the "
+            "attack's source model: white-box rows are the attacked model's, transfer rows every other model's. "
+            "n: images per model and condition.")
+    head = ["family", "our worst condition", f"ours {metric}", "ours change", f"paper {metric}", "paper change", "n"]
+    return _section("Ours vs the paper", text, head, rows)
+
+
+def _section(title: str, text: str, head: list[str], rows: list[list[Any]]) -> list[dict[str, Any]]:
+    """A heading, a paragraph and a table: one sub-section of the summary."""
+    return [{"kind": "heading", "text": title}, {"kind": "text", "text": text},
+            {"kind": "table", "head": head, "rows": rows}]
 
 
 def _gap_cell(e: dict[str, Any]) -> str | dict[str, Any]:
@@ -412,15 +416,13 @@ def _gap_blocks(summary: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append([name, _pct(e["same"]), _pct(e["rand"]), _gap_cell(e), ci,
                      "–" if e.get("p_value") is None else f"{e['p_value']:.3g}",
                      "/".join(str(n) for n in e["n"]) or "–"])
-    return [{"kind": "heading", "text": "BG-Gap (Mixed-Same minus Mixed-Rand)"},
-            {"kind": "text", "text": f"{metric} in percent on the object moved to another scene congruent with it "
-                                     "(Mixed-Same) and to a scene sharing no context with it (Mixed-Rand); the "
-                                     "BG-Gap is their difference in points, as in Xiao et al., \"Noise or Signal\" "
-                                     "(ICLR 2021). A positive gap means the model relies on the background fitting "
-                                     "the object. CI: 95% paired bootstrap over the images (the same images under "
-                                     "both); ≈ marks a gap whose CI contains 0. n: images per model and condition."},
-            {"kind": "table", "head": ["model", f"Mixed-Same {metric}", f"Mixed-Rand {metric}", "BG-Gap (points)",
-                                       "95% CI", "p", "n"], "rows": rows}]
+    text = (f"{metric} in percent on the object moved to another scene congruent with it (Mixed-Same) and to a "
+            "scene sharing no context with it (Mixed-Rand); the BG-Gap is their difference in points, as in Xiao "
+            "et al., \"Noise or Signal\" (ICLR 2021). A positive gap means the model relies on the background "
+            "fitting the object. CI: 95% paired bootstrap over the images (the same images under both); ≈ marks a "
+            "gap whose CI contains 0. n: images per model and condition.")
+    head = ["model", f"Mixed-Same {metric}", f"Mixed-Rand {metric}", "BG-Gap (points)", "95% CI", "p", "n"]
+    return _section("BG-Gap (Mixed-Same minus Mixed-Rand)", text, head, rows)
 
 
 def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
