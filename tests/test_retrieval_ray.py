@@ -64,13 +64,14 @@ def test_ray_driver_killed_mid_run_resumes(ray_cluster, tmp_path):
             "batch_size": 8, "limit": 35, "shifts": ["clean", {"name": "_test_noise", "severities": [2, 5]}],
             "metrics": ["recall", "rank"], "engine": {"name": "ray", "address": ray_cluster["address"]}}
     setup = "import tiny_registry\nfrom cir_fakes import fake_retrievers\nmodels = fake_retrievers()"
-    # units may come back out of order, and a shifted condition is finished only with its clean one: the
-    # child stops for good after two conditions' batches (2 models x 5 batches each), so clean and at least
-    # one shifted condition are done and the last is not when clean is among the first two units back
-    # (one actor runs the units in order; before this, a clean unit returned last finished every condition at once)
+    # units come back out of order and a shifted condition is finished only with its clean one, so which
+    # conditions are done when the child stops depends on Ray's scheduling (none, when the first units back
+    # are the shifted ones). The child stops for good after 20 of the 30 batches (2 models x 3 conditions x 5
+    # batches), so it never finishes; it is killed once a batch is saved, and the resume must reuse whatever
+    # it saved, finished conditions and saved batches alike, and end with the uninterrupted run's rows.
     ref, resumed, partial = kill_and_resume(spec, tmp_path, setup=setup, models=fake_retrievers(), min_batches=1,
-                                            min_done=1, delay=0.3, hang_after=2 * 2 * 5)
-    assert 0 < len(partial) < len(ref) and row_key(resumed) == row_key(ref)
+                                            min_done=0, delay=0.3, hang_after=2 * 2 * 5)
+    assert len(partial) < len(ref) and row_key(resumed) == row_key(ref)
     assert samples_key(tmp_path / "resumed.db") == samples_key(tmp_path / "ref.db") != []
 
 
