@@ -80,3 +80,15 @@ def ray_cluster(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def load_benchmark(stem: str, name: str | None = None):
+    """A script of benchmarks/ imported as a module (they are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(name or f"bench_{stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -208,3 +208,78 @@ def test_box_downscale_is_pillow_box():
             size = (int(w * c), int(h * c))
             expected = np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BOX))
             assert np.array_equal(box_downscale(image, *size), expected), (h, w, c)
+
+
+def _brightness_vectorised(image: np.ndarray, severity: int) -> np.ndarray:
+    """brightness as it was written before its one-pass kernel: the (max channel, channel) table gathered."""
+    from shiftbench.shifts.corruptions.weather import _brightness_lut
+
+    value = np.maximum(np.maximum(image[..., 0], image[..., 1]), image[..., 2]).astype(np.uint16)
+    return _brightness_lut(severity)[(value[..., None] << 8) | image]
+
+
+def _saturate_vectorised(image: np.ndarray, severity: int) -> np.ndarray:
+    """saturate as it was written before its one-pass kernel: float32 numpy over the whole image."""
+    from shiftbench.shifts.corruptions.digital import SATURATE
+
+    gain, offset = SATURATE[severity - 1]
+    x = image.astype(np.float32)
+    value = x.max(axis=2)
+    spread = value - x.min(axis=2)
+    coloured = spread > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        saturation = np.where(coloured, spread / value, np.float32(0.0))
+        new = np.clip(saturation * np.float32(gain) + np.float32(offset), 0.0, 1.0).astype(np.float32)
+        factor = np.where(coloured, new * value / spread, np.float32(0.0)).astype(np.float32)
+    out = value[..., None] - (value[..., None] - x) * factor[..., None]
+    if offset > 0:
+        grey = ~coloured
+        out[grey, 1] = out[grey, 2] = (value * (np.float32(1.0) - new))[grey]
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def _contrast_vectorised(image: np.ndarray, severity: int) -> np.ndarray:
+    """contrast as it was written before its one-pass kernel: float64 tables applied by cv2.LUT."""
+    import cv2
+
+    from shiftbench.shifts.corruptions.digital import CONTRAST
+
+    c = CONTRAST[severity - 1]
+    means = np.array(cv2.mean(image)[:3], dtype=np.float64) / 255.0
+    levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
+    table = (np.clip((levels - means) * c + means, 0, 1) * 255).astype(np.uint8)
+    return cv2.LUT(image, np.ascontiguousarray(table[None]))
+
+
+@pytest.mark.parametrize("name,vectorised", [("brightness", _brightness_vectorised), ("saturate", _saturate_vectorised),
+                                             ("contrast", _contrast_vectorised)])
+def test_one_pass_kernels_give_the_vectorised_bytes(name, vectorised):
+    """The compiled one-pass forms of brightness, saturate and contrast give the bytes of their vectorised forms
+    (which the reference tests pinned) on photos, noise, and every grey level including black and white."""
+    from test_corruptions_reference import photos
+
+    rng = np.random.default_rng(5)
+    greys = np.repeat(np.arange(256, dtype=np.uint8), 3).reshape(16, 16, 3)
+    images = photos(64) + [rng.integers(0, 256, (300, 280, 3), dtype=np.uint8), np.ascontiguousarray(np.tile(greys, (3, 3, 1)))]
+    shift = sb.create_shift(name)
+    for severity in range(1, 6):
+        for im in images:
+            assert np.array_equal(shift(im, severity=severity), vectorised(im, severity)), (name, severity, im.shape)
+
+
+def test_bare_arrays_are_hashed_only_for_corruptions_that_draw(monkeypatch):
+    """A deterministic corruption of a bare array needs no content id (nothing is seeded from it); a random
+    one still seeds from the content, so its bytes equal those of the same image given its content id."""
+    import shiftbench.shifts.base as base
+    from shiftbench.sample import content_id
+
+    image = photo_like(40, 56)
+    expected = {name: sb.create_shift(name)(image, severity=3, seed=2) for name in ("contrast", "gaussian_noise")}
+    assert np.array_equal(expected["gaussian_noise"],
+                          sb.create_shift("gaussian_noise")(image, severity=3, seed=2, sample_id=content_id(image)))
+    calls = []
+    monkeypatch.setattr(base, "content_id", lambda x: calls.append(1) or content_id(x))
+    assert np.array_equal(sb.create_shift("contrast")(image, severity=3, seed=2), expected["contrast"]) and not calls
+    assert np.array_equal(sb.create_shift("gaussian_noise")(image, severity=3, seed=2), expected["gaussian_noise"])
+    assert calls == [1]
+    assert sb.create_shift("contrast").draws_randomly is False and sb.create_shift("snow").draws_randomly

@@ -5,13 +5,13 @@ changes back from the store and checks the paper's order."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import shiftbench as sb
 from shiftbench.conditioning.attribute_text import ATTRIBUTES
 from shiftbench.spec import load_spec
 
+from conftest import load_benchmark
 from e2e import report_tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,10 +20,7 @@ MODELS = ["efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2"]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_attr_cls", ROOT / "benchmarks" / "attributes_classifiers.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("attributes_classifiers", "bench_attr_cls")
 
 
 def test_config_holds_the_twelve_edits_at_severity_5_on_the_classic_backend():

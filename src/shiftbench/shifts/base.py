@@ -43,6 +43,11 @@ def derive_seed(seed: int, sample_id: str | None, shift_name: str) -> list[int]:
     return [int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF, *words]
 
 
+# the id of a bare array shifted by a shift that draws nothing: no stream depends on it, and the
+# caller gets the image back, not the Sample
+UNHASHED_ID = "array"
+
+
 def make_rng(seed: int, sample_id: str | None, shift_name: str) -> np.random.Generator:
     """The per-sample generator (PCG64, platform-independent)."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(derive_seed(seed, sample_id, shift_name))))
@@ -134,6 +139,13 @@ class Shift:
         ``load_conditioning`` is taken to load something; override this to say otherwise."""
         return type(self).load_conditioning is not Shift.load_conditioning
 
+    @property
+    def draws_randomly(self) -> bool:
+        """Whether ``sample_params`` may use its generator. A bare array given without an id is hashed
+        (``content_id``) to seed that generator; a shift that never draws skips the hash, which costs
+        about as much as a point-wise corruption itself. Shifts that never draw override this."""
+        return True
+
     def replay(self, x: Any, params: dict[str, Any]) -> Any:
         """Rebuild a shifted output from recorded params (same kind out as in)."""
         sample, unwrap = self._wrap(x, None)
@@ -175,7 +187,10 @@ class Shift:
             if self.kind == "text":
                 raise ShiftbenchError(f"shift {self.name!r} corrupts text; got an image")
             image = to_rgb_uint8(x)
-            sid = content_id(image) if sample_id is None else str(sample_id)
+            if sample_id is not None:
+                sid = str(sample_id)
+            else:  # the content decides the random stream; a shift that draws nothing skips the hash
+                sid = content_id(image) if self.draws_randomly else UNHASHED_ID
             return Sample(image=image, id=sid), lambda s: s.image
         raise ShiftbenchError(f"shift {self.name!r} cannot take {type(x).__name__}; give an image array or a Sample")
 

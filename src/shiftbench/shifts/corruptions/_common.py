@@ -58,6 +58,10 @@ class Corruption(ImageShift):
         """Whether this corruption draws anything (deterministic ones keep the base ``draws``)."""
         return type(self).draws is not Corruption.draws
 
+    @property
+    def draws_randomly(self) -> bool:
+        return self.random
+
     def rng(self, seed: int, sample_id: str | None) -> np.random.Generator | None:
         # deterministic corruptions never touch the generator: skip building it (about 30 us)
         return super().rng(seed, sample_id) if self.random else None

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 
 from ...registry import SHIFTS
-from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, grey3, noise_rng, to_uint8
+from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, noise_rng, to_uint8
 
 __all__ = ["Contrast", "ElasticTransform", "Pixelate", "JpegCompression", "Saturate"]
 
@@ -26,17 +26,18 @@ class Contrast(Corruption):
     """Contrast (ImageNet-C): (x - mean) * c + mean per channel, c = 0.4..0.05.
 
     The map is per channel and per value, so it runs as a 256-entry table per channel, computed
-    with the reference's own float64 expression (cv2.LUT applies it).
+    with the reference's own float64 expression and applied in the same compiled pass.
     """
 
     group: ClassVar[str] = "digital"
 
     def corrupt(self, image, severity, params):
-        c = CONTRAST[severity - 1]
+        from ._kernels import contrast_pass
+
         means = np.array(cv2.mean(image)[:3], dtype=np.float64) / 255.0
-        levels = np.arange(256, dtype=np.float64)[:, None] / 255.0
-        table = (np.clip((levels - means) * c + means, 0, 1) * 255).astype(np.uint8)
-        return cv2.LUT(image, np.ascontiguousarray(table[None]))
+        out = np.empty_like(image)
+        contrast_pass(image, means, float(CONTRAST[severity - 1]), out)  # the tables and their reads, one pass
+        return out
 
 
 @SHIFTS.register("elastic_transform", description="Smooth random elastic warp (ImageNet-C)", group="digital")
@@ -175,18 +176,27 @@ class Saturate(Corruption):
     group: ClassVar[str] = "extra"
 
     def corrupt(self, image, severity, params):
-        gain, offset = SATURATE[severity - 1]
-        x = image.astype(np.float32)
-        value = np.maximum(np.maximum(x[..., 0], x[..., 1]), x[..., 2])
-        spread = value - np.minimum(np.minimum(x[..., 0], x[..., 1]), x[..., 2])
-        coloured = spread > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            saturation = np.where(coloured, spread / value, 0.0)
-            new_saturation = np.clip(saturation * gain + offset, 0.0, 1.0)
-            factor = np.where(coloured, new_saturation * value / spread, 0.0).astype(np.float32)
-        value3 = grey3(value)
-        out = value3 - (value3 - x) * grey3(factor)
-        if offset > 0:  # grey pixels: hue 0, so (V, V(1-S'), V(1-S'))
-            grey = ~coloured
-            out[grey, 1] = out[grey, 2] = (value * (1.0 - new_saturation))[grey]
-        return to_uint8(out)
+        from ._kernels import saturate_pass
+
+        out = np.empty_like(image)
+        saturate_pass(image, *_saturate_tables(severity), out)  # one pass, one table read per pixel
+        return out
+
+
+@lru_cache(maxsize=None)
+def _saturate_tables(severity: int) -> tuple[np.ndarray, np.ndarray]:
+    """(factors, grey) of saturate at ``severity``, in the float32 arithmetic of the per-pixel form:
+    ``factors[(V << 8) | spread]`` = clip((spread / V) * gain + offset, 0, 1) * V / spread for
+    0 < spread <= V, and ``grey[V]`` = the green and blue level of a grey pixel of value V (V itself,
+    or V * (1 - clip(offset)) when the offset gives greys hue 0), truncated as the reference does."""
+    gain, offset = SATURATE[severity - 1]
+    value = np.arange(256, dtype=np.float32)[:, None]
+    spread = np.arange(256, dtype=np.float32)[None, :]
+    valid = (spread > 0) & (spread <= value)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = np.clip((spread / value) * np.float32(gain) + np.float32(offset), 0.0, 1.0).astype(np.float32)
+        factors = np.where(valid, new * value / spread, np.float32(0.0)).astype(np.float32).reshape(-1)
+    grey_new = np.float32(min(max(offset, 0.0), 1.0))
+    levels = np.arange(256, dtype=np.float32)
+    grey = levels * (np.float32(1.0) - grey_new) if offset > 0 else levels
+    return np.ascontiguousarray(factors), np.clip(grey, 0, 255).astype(np.uint8)

@@ -206,10 +206,11 @@ class Brightness(Corruption):
     group: ClassVar[str] = "weather"
 
     def corrupt(self, image, severity, params):
-        value = np.maximum(np.maximum(image[..., 0], image[..., 1]), image[..., 2])
-        index = grey3(value.astype(np.uint16) << 8)
-        index |= image
-        return _brightness_lut(severity)[index]
+        from ._kernels import brightness_pass
+
+        out = np.empty_like(image)
+        brightness_pass(image, _brightness_lut(severity), out)  # one pass: max channel, three table reads
+        return out
 
 
 # -- spatter --------------------------------------------------------------------------------------
