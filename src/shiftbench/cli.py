@@ -150,9 +150,12 @@ def env_cmd(as_json: bool) -> None:
               help="CPUs of the local Ray cluster the ray engine starts (default: all).")
 @click.option("--shard-size", type=click.IntRange(min=1), default=None,
               help="Samples per unit of the ray engine (whole batches; default 256).")
+@click.option("--pixels", type=click.Choice(["auto", "device", "cpu"]), default=None,
+              help="Where corruptions run: auto (default: on the models' GPU when every model is a torch "
+                   "classifier there), device (the models' device, whatever it is) or cpu.")
 def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
                  log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool, engine: str | None,
-                 address: str | None, workers: int | None, shard_size: int | None) -> None:
+                 address: str | None, workers: int | None, shard_size: int | None, pixels: str | None) -> None:
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
     from .spec import load_spec
 
@@ -166,7 +169,7 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
     from .engine.engines import engine_options
 
     spec.engine = engine_options(spec.engine, name=engine, address=address, workers=workers,
-                                 shard_size=shard_size) or None
+                                 shard_size=shard_size, pixels=pixels) or None
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)

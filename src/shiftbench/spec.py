@@ -35,8 +35,9 @@ TOP_KEYS = {
     "on_error": "what an unreadable image does: fail (default: stop before any work, naming every file) or skip",
     "label_map": "dataset class -> model class (names, ids or indices): a mapping, or a file (YAML/JSON mapping, "
                  "or one 'dataset_class<TAB>model_class' per line)",
-    "engine": "where the work runs: local (default) or ray, or {name, address, workers, shard_size}; "
-              "not part of the run's identity (the rows do not depend on it)",
+    "engine": "where the work runs: local (default) or ray, or {name, address, workers, shard_size, pixels}; "
+              "pixels: where corruptions run, auto (default: on the models' GPU when every model takes tensors), "
+              "device or cpu; not part of the run's identity",
     "quality": "image-quality metrics of the shifted images against the clean ones (Pascal-EA): {metrics, severity, "
                "limit, features, clip}; run by evaluate after the conditions and stored with the run",
     "curate": "evaluate only the samples every classifier gets right on clean (ObjectCompose's curation): true, "
@@ -143,7 +144,8 @@ class Spec:
         }
 
 
-ENGINE_KEYS = {"name", "address", "workers", "shard_size"}
+ENGINE_KEYS = {"name", "address", "workers", "shard_size", "pixels"}
+PIXELS = ("auto", "device", "cpu")
 
 
 def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
@@ -230,7 +232,11 @@ def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
     for key in ("address", "workers", "shard_size"):
         if value.get(key) is not None and name != "ray":
             raise SpecError(f"{where}.{key}: only the ray engine takes it (name: ray)")
-    return {"name": name, **{k: value[k] for k in ("address", "workers", "shard_size") if value.get(k) is not None}}
+    pixels = value.get("pixels")
+    if pixels is not None and pixels not in PIXELS:
+        raise SpecError(f"{where}.pixels: expected one of {', '.join(PIXELS)}, got {pixels!r}")
+    keys = ("address", "workers", "shard_size", "pixels")
+    return {"name": name, **{k: value[k] for k in keys if value.get(k) is not None}}
 
 
 def _known_keys(mapping: dict, known: Sequence[str], where: Callable[[Any], str]) -> None:

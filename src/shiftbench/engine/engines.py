@@ -345,6 +345,9 @@ def engine_options(base: dict[str, Any] | None, **overrides: Any) -> dict[str, A
     for key in ("address", "workers", "shard_size"):
         if options.get(key) and name != "ray":
             raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
+    pixels = options.get("pixels")
+    if pixels is not None and pixels not in ("auto", "device", "cpu"):
+        raise ShiftbenchError(f"pixels {pixels!r}: expected one of auto, device, cpu")
     return options
 
 

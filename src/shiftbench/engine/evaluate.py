@@ -35,6 +35,7 @@ from ..metrics.base import OrderedMerge
 from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Sample
 from ..spec import Spec, load_spec
+from .pixels import DeviceBatch, tensor_path
 from .store import ConditionKey, Store
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ def evaluate(
     address: str | None = None,
     workers: int | None = None,
     shard_size: int | None = None,
+    pixels: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
 
@@ -117,7 +119,9 @@ def evaluate(
     ``shard_size`` samples) run on Ray actors that each hold a replica of the models, the shard shifted
     once for every model; this process stays the only writer of the store, and the rows are those of
     the local engine. ``address`` joins a running Ray cluster (default: start a local one on
-    ``workers`` CPUs). Arguments override the spec's ``engine:`` entry.
+    ``workers`` CPUs). ``pixels``: where corruptions run: ``"auto"`` (the default: on the models' GPU when
+every model is a torch classifier there, engine/pixels.py), ``"device"`` (on the models' device, whatever
+it is) or ``"cpu"``. Arguments override the spec's ``engine:`` entry.
 
     ``store`` is a database path (created if missing) or an open Store; without one a temporary store
     is used. ``models`` may pass already-created model objects by name (reused across calls).
@@ -129,7 +133,8 @@ def evaluate(
     spec = load_spec(spec_or_path)
     from .engines import engine_options
 
-    options = engine_options(spec.engine, name=engine, address=address, workers=workers, shard_size=shard_size)
+    options = engine_options(spec.engine, name=engine, address=address, workers=workers, shard_size=shard_size,
+                             pixels=pixels)
     if options.get("name") == "ray":
         from .engines import check_reachable, import_ray
 
@@ -190,6 +195,8 @@ class _Runner:
                  engine: dict[str, Any] | None = None):
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
         self.engine = dict(engine or {})
+        # where corruptions run (engine/pixels.py); a Ray worker reads it from the spec the driver sent
+        self.pixels = self.engine.get("pixels") or (getattr(spec, "engine", None) or {}).get("pixels") or "auto"
         self.verify = "full"  # how the reader screens files up front (a worker skips what the driver checked)
         self.given_dataset: Any = None  # a worker's copy of the driver's opened dataset
         self.given_models = models
@@ -287,6 +294,7 @@ class _Runner:
         first = dataset.load(0)
         for shift in {id(c.shift): c.shift for c in conditions}.values():
             shift.load_conditioning(first)
+        self._all_models = list(models.values())
         return Plan(spec, dataset, models, metrics, conditions)
 
     def _curate(self, dataset, models: dict[str, Any]):
@@ -368,15 +376,15 @@ class _Runner:
                 for k, b in enumerate(batches):
                     if future is None:
                         future = loader.submit(self._load_batch, dataset, cond, b, batch)
-                    samples, skipped = future.result()
+                    samples, skipped, pixels = future.result()
                     future = (loader.submit(self._load_batch, dataset, cond, batches[k + 1], batch)
                               if k + 1 < len(batches) else None)
                     for m, cid in pending.items():
                         if b in restored[m].saved:
                             continue
-                        scored = self._score(m, models[m], metrics[m], b, samples, skipped)
+                        scored = self._score(m, models[m], metrics[m], b, samples, skipped, pixels)
                         if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
-                            self._save_thumbnails(run_id, self._thumbnails(cond, samples[:GRID_SAMPLES]))
+                            self._save_thumbnails(run_id, self._thumbnails(cond, _grid(samples, pixels)))
                         self._save_scored(cid, scored, restored[m])
                         bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
                         if self.on_batch:
@@ -409,6 +417,7 @@ class _Runner:
         batch = spec.batch_size
         shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
         per_unit = max(1, shard // batch)
+        spec = dataclasses.replace(spec, engine={**(spec.engine or {}), "pixels": self.pixels})
         setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
                              dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
         open_conditions: dict[int, dict[str, _Restored]] = {}
@@ -465,33 +474,39 @@ class _Runner:
     def _started(self, run_id: str) -> None:
         self.run_id = run_id
 
-    def _load_batch(self, dataset, cond: Condition, b: int, batch: int) -> tuple[list[Sample], list[tuple[str, str]]]:
-        """Batch ``b`` shifted for ``cond``, and the (id, reason) of samples left out. A batch the shift fails
-        on is redone sample by sample (a batch equals its samples one by one) to name the sample: the run
-        stops with it, or with ``on_error: skip`` leaves it out of this condition (recorded in its rows)."""
+    def _load_batch(self, dataset, cond: Condition, b: int,
+                    batch: int) -> tuple[list[Sample], list[tuple[str, str]], DeviceBatch | None]:
+        """Batch ``b`` shifted for ``cond``, the (id, reason) of samples left out, and, when the condition's
+        pixels run on the models' device (engine/pixels.py), the batch to corrupt there (the samples are
+        then the clean ones, their params drawn and checked here). A batch the shift fails on is redone
+        sample by sample (a batch equals its samples one by one) to name the sample: the run stops with it,
+        or with ``on_error: skip`` leaves it out of this condition (recorded in its rows)."""
         indices = range(b * batch, min((b + 1) * batch, len(dataset)))
         samples = [dataset.load(i) for i in indices]
         if cond.shift_name == "clean":
-            return samples, []
+            return samples, [], None
         from .generate import shift_narrowed
 
         shift, severity, seed = cond.shift, cond.severity, self.spec.seed
+        on_device = tensor_path(self.pixels, shift, getattr(self, "_all_models", []))
 
         def run(xs: list[Sample]) -> tuple[list, list]:
             params = [shift.draw(s, severity, seed) for s in xs]
+            if on_device:  # drawing checks every image (size, type); the pixels are made on the device
+                return list(xs), params
             return list(shift.apply_batch(xs, params)), params
 
-        _, out, _, failed = shift_narrowed(run, samples, self.spec.on_error,
-                                           f"evaluate: shift {cond.shift_name!r} (severity {severity})")
+        _, out, params, failed = shift_narrowed(run, samples, self.spec.on_error,
+                                                f"evaluate: shift {cond.shift_name!r} (severity {severity})")
         skipped = []
         for pos, reason in failed:
             log.warning(f"skipped sample {samples[pos].id}: shift {cond.shift_name!r} (severity {severity}) failed: "
                         f"{reason}")
             skipped.append((str(samples[pos].id), reason))
-        return out, skipped
+        return out, skipped, (DeviceBatch(shift, out, params) if on_device else None)
 
     def _score(self, label: str, model, metric_names: list[str], b: int, samples: list[Sample],
-               skipped: list[tuple[str, str]]) -> "_Scored":
+               skipped: list[tuple[str, str]], pixels: DeviceBatch | None = None) -> "_Scored":
         """Predict one batch and score it with fresh metrics: their states (this batch's alone), the
         records kept (the grid's on batch 0, every sample's with ``log_samples``)."""
         handler = _HANDLERS[model.task]
@@ -499,7 +514,8 @@ class _Runner:
         parts = {name: self._metric(name, label) for name in metric_names}
         predictions: list = []
         if samples:
-            outputs = plan.outputs(_predict_with_backoff(handler.predict, model, samples))
+            predict = handler.predict if pixels is None else (lambda mdl, xs: pixels.predict(mdl, xs))
+            outputs = plan.outputs(_predict_with_backoff(predict, model, samples))
             targets = plan.targets(samples)  # metrics and records see both sides in one space
             for name in metric_names:
                 parts[name].update_from_samples(outputs, targets)
@@ -699,15 +715,20 @@ def _run_unit(unit: _Unit) -> tuple[list[_Scored], list[tuple[str, bytes, dict[s
     scored: list[_Scored] = []
     thumbs: list = []
     for b in unit.batches:
-        samples, skipped = runner._load_batch(plan.dataset, cond, b, runner.spec.batch_size)
+        samples, skipped, pixels = runner._load_batch(plan.dataset, cond, b, runner.spec.batch_size)
         for label, batches in needs.items():
             if b in batches:
-                item = runner._score(label, plan.models[label], plan.metrics[label], b, samples, skipped)
+                item = runner._score(label, plan.models[label], plan.metrics[label], b, samples, skipped, pixels)
                 item.parts = None  # the driver decodes the states (they are what the store keeps)
                 scored.append(item)
         if b == 0:
-            thumbs = runner._thumbnails(cond, samples[:GRID_SAMPLES])
+            thumbs = runner._thumbnails(cond, _grid(samples, pixels))
     return scored, thumbs
+
+
+def _grid(samples: list[Sample], pixels: DeviceBatch | None) -> list[Sample]:
+    """The first samples as the report's grid shows them: shifted (downloaded when shifted on a device)."""
+    return samples[:GRID_SAMPLES] if pixels is None else pixels.shifted_samples(GRID_SAMPLES)
 
 
 def _user_modules(plan: Plan) -> tuple[str, ...]:

@@ -51,6 +51,7 @@ Checks the runner should call: :func:`check_outputs` (NaN/inf, shape) on every b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -159,10 +160,93 @@ class Preprocess:
         x = (x - mean) / std
         return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
 
+    def tensor(self, images: Any) -> Any:
+        """The same transform on a uint8 (N, 3, H, W) torch tensor, on its device -> float32 (N, 3, h, w).
+
+        The crop box is :meth:`crop_box`'s; the resize applies OpenCV's own interpolation weights (one
+        matrix per axis, :func:`resize_weights`) and rounds to uint8 levels as OpenCV's output is: within
+        a fraction of a grey level of :meth:`__call__` (OpenCV's fixed-point rounding aside)."""
+        import torch
+
+        h, w = int(images.shape[-2]), int(images.shape[-1])
+        top, left, ch, cw = self.crop_box(h, w)
+        x = images[..., top:top + ch, left:left + cw].float()
+        th, tw = self.size
+        if (ch, cw) != (th, tw):
+            mode = self.interpolation
+            if mode in ("bilinear", "bicubic") and (ch > 2 * th or cw > 2 * tw):
+                mode = "area"  # as resize_image
+            rows = torch.from_numpy(resize_weights(ch, th, mode)).to(x.device)
+            cols = torch.from_numpy(resize_weights(cw, tw, mode)).to(x.device)
+            x = torch.matmul(torch.matmul(rows, x), cols.T).round_().clamp_(0, 255)
+        if self.scale_by_max:
+            x = x / x.flatten(1).amax(dim=1).clamp_min(1.0).view(-1, 1, 1, 1)
+        else:
+            x = x * (self.value_range / 255.0)
+        if self.color_order == "BGR":
+            x = x.flip(1)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
+        return (x - mean) / std
+
     def __call__(self, images: Sequence[np.ndarray]) -> np.ndarray:
         """Images of any sizes -> float32 (N, 3, h, w)."""
         images = as_image_list(images)
         return self.normalize(np.stack([self.resize_image(im) for im in images]))
+
+
+_CUBIC_A = -0.75  # OpenCV's (and torch's) cubic convolution coefficient
+
+
+def _cubic(t: np.ndarray) -> np.ndarray:
+    t = np.abs(t)
+    a = _CUBIC_A
+    return np.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                    np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
+
+
+@lru_cache(maxsize=128)
+def resize_weights(n_in: int, n_out: int, mode: str) -> np.ndarray:
+    """(n_out, n_in) float32 weights of OpenCV's ``resize`` along one axis: ``out = W @ in``.
+
+    Pixel centres aligned (source = (dst + 0.5) * n_in / n_out - 0.5), edges replicated; "area" takes
+    the box overlap when shrinking and OpenCV's own sharpened linear weights when enlarging."""
+    scale = n_in / n_out
+    weights = np.zeros((n_out, n_in), dtype=np.float64)
+    dst = np.arange(n_out)
+    if mode == "nearest":
+        weights[dst, np.minimum(np.floor(dst * scale).astype(np.int64), n_in - 1)] = 1.0
+        return weights.astype(np.float32)
+    if mode == "area" and scale >= 1:
+        for i in dst:
+            lo, hi = i * scale, (i + 1) * scale
+            for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
+                weights[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
+        return weights.astype(np.float32)
+    src = (dst + 0.5) * scale - 0.5
+    if mode == "area":  # enlarging: OpenCV's INTER_AREA weights
+        base = np.floor(dst * scale)
+        frac = (dst + 1) - (base + 1) / scale
+        frac = np.where(frac <= 0, 0.0, frac - np.floor(frac))
+        taps, coeffs = [base, base + 1], [1.0 - frac, frac]
+    else:
+        base = np.floor(src)
+        t = src - base
+        if mode == "bilinear":
+            taps, coeffs = [base, base + 1], [1.0 - t, t]
+        elif mode == "bicubic":
+            taps = [base + k for k in range(-1, 3)]
+            coeffs = [_cubic(t - k) for k in range(-1, 3)]
+        elif mode == "lanczos":
+            taps = [base + k for k in range(-3, 5)]
+            coeffs = [np.sinc(t - k) * np.sinc((t - k) / 4.0) for k in range(-3, 5)]
+            total = sum(coeffs)
+            coeffs = [c / total for c in coeffs]
+        else:
+            raise ValueError(f"unknown interpolation {mode!r}")
+    for tap, coeff in zip(taps, coeffs):
+        np.add.at(weights, (dst, np.clip(tap.astype(np.int64), 0, n_in - 1)), coeff)
+    return weights.astype(np.float32)
 
 
 @dataclass
@@ -468,6 +552,25 @@ class TorchClassifier(Classifier):
         mean = x.new_tensor(p.mean).view(1, 3, 1, 1)
         std = x.new_tensor(p.std).view(1, 3, 1, 1)
         return self.forward(((x - mean) / std).to(self._torch_dtype))
+
+    @property
+    def tensor_device(self) -> str:
+        """Where :meth:`predict_logits_tensor` wants its pixels: the module's device."""
+        return self.device
+
+    def predict_logits_tensor(self, images: Any) -> np.ndarray:
+        """Logits of a uint8 (N, 3, H, W) tensor of same-sized images, preprocessed on the model's device
+        (:meth:`Preprocess.tensor`): the runner's path when corruptions run on that device too."""
+        import torch
+
+        assert self.preprocess is not None
+        with torch.inference_mode():
+            x = self.preprocess.tensor(images.to(self.device)).to(self._torch_dtype)
+            logits = self.forward(x)
+        out = logits.float().cpu().numpy()
+        check_outputs(out, self.name, num_classes=self.label_space.num_classes if self.label_space else None,
+                      batch_size=int(images.shape[0]))
+        return out
 
     def predict_logits(self, images: Sequence[np.ndarray]) -> np.ndarray:
         import torch

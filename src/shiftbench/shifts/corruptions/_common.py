@@ -79,6 +79,16 @@ class Corruption(ImageShift):
     def apply_images(self, images: Sequence[np.ndarray], params: Sequence[dict[str, Any]]) -> list[np.ndarray]:
         return [self.apply_image(im, p) for im, p in zip(images, params)]
 
+    def apply_tensor(self, images: Any, params: Sequence[dict[str, Any]]) -> Any:
+        """The corruption of a uint8 (N, 3, H, W) torch tensor on any device, the same out.
+
+        Takes the params the numpy path draws (``draw`` / a manifest) and gives its output within a
+        fraction of a grey level; pixels stay on the tensor's device (see ``_torch``). Needs torch.
+        """
+        from ._torch import apply_tensor
+
+        return apply_tensor(self, images, params)
+
 
 def check_image(image: np.ndarray, shift_name: str) -> None:
     """Corruptions take HxWx3 uint8 images of at least 32x32 pixels."""

@@ -225,15 +225,17 @@ class Spatter(Corruption):
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
-    def corrupt(self, image, severity, params):
+    @staticmethod
+    def layer(shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> np.ndarray:
+        """The (H, W) float32 layer drawn from the recorded seed alone: the water drops' intensity
+        (severity 1-3) or the mud mask (4-5). Both the numpy and the torch path blend it in."""
         mean, std, sigma, threshold, amount, mud = SPATTER[severity - 1]
-        h, w = image.shape[:2]
+        h, w = shape[:2]
         liquid = noise_rng(params).standard_normal((h, w), dtype=np.float32)
         liquid *= std
         liquid += mean
         liquid = gaussian_blur_like_skimage(liquid, sigma)
         liquid[liquid < threshold] = 0
-        x = image.astype(np.float32) / 255.0
         if not mud:
             liquid8 = (np.clip(liquid, 0, 1) * 255).astype(np.uint8)
             dist = 255 - cv2.Canny(liquid8, 50, 150)
@@ -248,12 +250,20 @@ class Spatter(Corruption):
             peak = float(drops.max())
             if peak > 0:
                 drops *= amount / peak
-            out = x + grey3(drops) * WATER_RGB
+            return drops
+        mask = (liquid > threshold).astype(np.float32)
+        mask = gaussian_blur_like_skimage(mask, amount)
+        mask[mask < 0.8] = 0
+        return mask
+
+    def corrupt(self, image, severity, params):
+        mud = SPATTER[severity - 1][5]
+        layer = self.layer(image.shape, severity, params)
+        x = image.astype(np.float32) / 255.0
+        if not mud:
+            out = x + grey3(layer) * WATER_RGB
         else:
-            mask = (liquid > threshold).astype(np.float32)
-            mask = gaussian_blur_like_skimage(mask, amount)
-            mask[mask < 0.8] = 0
-            mask3 = grey3(mask)
+            mask3 = grey3(layer)
             out = x * (1.0 - mask3) + mask3 * MUD_RGB
         out *= 255.0
         return to_uint8(out)
