@@ -134,11 +134,11 @@ def test_noise_tables_are_exact_distributions():
     rng = np.random.default_rng(0)
     flat = np.full((200, 300, 3), 100, dtype=np.uint8)
     for severity in (1, 5):
-        out = noise.sample_from_table(flat, noise._impulse_table(severity), rng)
+        out = noise.sample_from_table(flat, noise.impulse_table(severity), rng)
         c = noise.IMPULSE_AMOUNT[severity - 1]
         assert set(np.unique(out)) == {0, 100, 255}
         assert abs((out == 0).mean() - c / 2) < 0.01 and abs((out == 255).mean() - c / 2) < 0.01
-        out = noise.sample_from_table(flat, noise._gaussian_table(severity), rng).astype(float)
+        out = noise.sample_from_table(flat, noise.gaussian_table(severity), rng).astype(float)
         sigma = 255 * noise.GAUSSIAN_SCALE[severity - 1]
         expected = np.clip(100 + sigma * rng.standard_normal(10**6), 0, 255).astype(np.uint8).astype(float)
         assert abs(out.mean() - expected.mean()) < 0.6 and abs(out.std() - expected.std()) < 0.6
@@ -212,10 +212,10 @@ def test_box_downscale_is_pillow_box():
 
 def _brightness_vectorised(image: np.ndarray, severity: int) -> np.ndarray:
     """brightness as it was written before its one-pass kernel: the (max channel, channel) table gathered."""
-    from shiftbench.shifts.corruptions.weather import _brightness_lut
+    from shiftbench.shifts.corruptions.weather import brightness_lut
 
     value = np.maximum(np.maximum(image[..., 0], image[..., 1]), image[..., 2]).astype(np.uint16)
-    return _brightness_lut(severity)[(value[..., None] << 8) | image]
+    return brightness_lut(severity)[(value[..., None] << 8) | image]
 
 
 def _saturate_vectorised(image: np.ndarray, severity: int) -> np.ndarray:

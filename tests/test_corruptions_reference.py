@@ -144,9 +144,9 @@ def test_frost_statistics_match_reference():
                 for k in range(3):
                     # our draws for this overlay: the same crop rule as draw(), with the overlay fixed
                     rng = np.random.default_rng([severity, index, i, k])
-                    from shiftbench.shifts.corruptions.weather import _rescaled_overlay
+                    from shiftbench.shifts.corruptions.weather import rescaled_overlay
 
-                    oh, ow = _rescaled_overlay(index, 224, 224).shape[:2]
+                    oh, ow = rescaled_overlay(index, 224, 224).shape[:2]
                     params = {"severity": severity, "overlay": index,
                               "top": int(rng.integers(0, oh - 224)), "left": int(rng.integers(0, ow - 224))}
                     ours.append(shift.replay(im, params).astype(np.float32) - im)

@@ -19,7 +19,19 @@ from shiftbench.shifts.base import ImageShift, Shift, TextShift, make_rng
 
 from conftest import make_image, make_sample
 
-CONTRACT = [e.name for e in SHIFTS.entries() if e.meta.get("contract", True)]
+# composed shifts (shiftbench.shifts.chain) pass the same contract: a background change then a corruption,
+# two attribute edits (one at a fixed severity), and two corruptions of the same name (separate streams)
+CHAINS = {
+    "chain:background+noise": [("background_color", {"color": "red"}), "gaussian_noise"],
+    "chain:two-attributes": ["attribute_color", ("attribute_pattern", {}, 2)],
+    "chain:noise+noise+blur": ["shot_noise", "shot_noise", "motion_blur"],
+}
+CONTRACT = [e.name for e in SHIFTS.entries() if e.meta.get("contract", True)] + list(CHAINS)
+
+
+def make(name: str):
+    """A registered shift by name, or one of the chains above by its key."""
+    return sb.chain(*CHAINS[name]) if name in CHAINS else sb.create_shift(name)
 TEXTS = ["make the dog sit on a red sofa next to two cats", "remove the background and show it at night"]
 
 
@@ -48,7 +60,7 @@ def same(a, b) -> bool:
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_same_seed_same_bytes_and_kind_kept(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     for severity in severities(shift):
         for x in inputs(shift):
             a = shift(x, severity=severity, seed=7)
@@ -65,18 +77,18 @@ def test_same_seed_same_bytes_and_kind_kept(name):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_replay_from_params_is_exact(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     for severity in severities(shift):
         for x in inputs(shift):
             out, params = shift(x, severity=severity, seed=3, return_params=True)
             params = json.loads(json.dumps(params))  # what the manifest stores
-            again = sb.create_shift(name, **shift.config).replay(x, params)
+            again = sb.create_shift(shift.name, **shift.config).replay(x, params)
             assert same(out, again)
 
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_batch_equals_items_one_by_one(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     items = inputs(shift)
     severity = severities(shift)[-1]
     ids = None if shift.kind != "text" else [f"t{i}" for i in range(len(items))]
@@ -89,17 +101,17 @@ def test_batch_equals_items_one_by_one(name):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_severity_out_of_range_refused(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     lo, hi = shift.severities
     x = inputs(shift)[0]
     for bad in (lo - 1, hi + 1, 2.5, "3", True):
-        with pytest.raises(SeverityError, match=name):
+        with pytest.raises(SeverityError, match=shift.name):
             shift(x, severity=bad, seed=0)
 
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_annotations_move_only_when_declared(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     if shift.kind == "text":
         return  # text shifts keep every image annotation by construction (TextShift only edits text)
     x = inputs(shift)[0]
@@ -115,7 +127,7 @@ def test_annotations_move_only_when_declared(name):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_input_not_modified_in_place(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     x = inputs(shift)[0]
     if shift.kind == "text":
         return
@@ -250,7 +262,7 @@ def _params(shift, x, severity, sample_id=None):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_calls_without_ids_give_different_images_different_streams(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     severity = severities(shift)[-1]
     a, b = _unnamed_pair(shift)
     assert (a if isinstance(a, str) else a.id) != (b if isinstance(b, str) else b.id)
@@ -268,7 +280,7 @@ def test_calls_without_ids_give_different_images_different_streams(name):
 
 @pytest.mark.parametrize("name", CONTRACT)
 def test_same_unnamed_input_twice_gives_the_same_bytes(name):
-    shift = sb.create_shift(name)
+    shift = make(name)
     severity = severities(shift)[-1]
     a, _ = _unnamed_pair(shift)
     if shift.kind == "text":

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__", "Sample", "Query", "load_image", "to_rgb_uint8", "ShiftbenchError", "UnknownNameError",
     "list_shifts", "create_shift", "list_models", "create_model", "list_datasets", "load_dataset",
-    "list_metrics", "create_metric", "evaluate", "SHIFTS", "MODELS", "DATASETS", "METRICS",
+    "list_metrics", "create_metric", "evaluate", "chain", "SHIFTS", "MODELS", "DATASETS", "METRICS",
 ]
 
 
@@ -30,6 +30,15 @@ def list_shifts(pattern: str | None = None) -> list[str]:
 def create_shift(name: str, **params: Any):
     """Create a registered shift; variant parameters are keyword arguments."""
     return SHIFTS.create(name, **params)
+
+
+def chain(*steps: Any):
+    """A composed shift, its steps applied in order: ``sb.chain(("background_color", {"color": "red"}),
+    "gaussian_noise")``. A step is a name, ``(name, params)``, ``(name, params, severity)``, ``{name, params,
+    severity}`` or a Shift; steps without a severity run at the chain's (see shiftbench.shifts.chain)."""
+    from .shifts.chain import chain as _chain
+
+    return _chain(*steps)
 
 
 def list_models(pattern: str | None = None) -> list[str]:

@@ -225,6 +225,7 @@ SHIFTS = Registry(
         "shiftbench.shifts.text",
         "shiftbench.shifts.background",
         "shiftbench.shifts.attributes",
+        "shiftbench.shifts.chain",
     ],
 )
 MODELS = Registry("model", providers=["shiftbench.models"])

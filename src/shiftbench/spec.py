@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -56,7 +57,7 @@ QUALITY_KEYS = {
     "clip": "CLIP model of clip_direction (hf:PATH or open_clip:NAME); required by that metric only",
 }
 QUALITY_METRIC_NAMES = ("lpips", "dino_distance", "fid", "clip_direction")
-SHIFT_KEYS = {"name", "severities", "severity", "params"}
+SHIFT_KEYS = {"name", "severities", "severity", "params", "shifts"}
 MODEL_KEYS = {"name", "params"}
 
 
@@ -65,6 +66,7 @@ class ShiftSpec:
     name: str
     severities: tuple[int, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    index: int | None = field(default=None, compare=False, repr=False)  # position in the spec's list (errors)
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,8 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
 
     models = [_parse_model(m, _where(source, f"models[{i}]")) for i, m in enumerate(_as_list(spec, "models", source))]
     models = _label_models(models, source)
-    shifts = [_parse_shift(s, _where(source, f"shifts[{i}]")) for i, s in enumerate(_as_list(spec, "shifts", source))]
+    shifts = [dataclasses.replace(_parse_shift(s, _where(source, f"shifts[{i}]")), index=i)
+              for i, s in enumerate(_as_list(spec, "shifts", source))]
     if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
         shifts.insert(0, ShiftSpec("clean", (0,), {}))
     else:
@@ -480,6 +483,18 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
         raise SpecError(f"{where}.params: expected a mapping, got {params!r}")
     key = "severities" if "severities" in value else "severity"
     severities = _parse_severities(value[key], f"{where}.{key}") if key in value else ()
+    if "shifts" in value or name == "chain":  # a composed shift: {name: chain, shifts: [step, ...]}
+        from .shifts.chain import normalise_steps
+
+        if name != "chain":
+            raise SpecError(f"{where}.shifts: only a chain has steps (name: chain), got name {name!r}")
+        if params:
+            raise SpecError(f"{where}.params: a chain takes its steps under shifts:, not params")
+        try:
+            steps = normalise_steps(value.get("shifts"))
+        except ShiftbenchError as exc:
+            raise SpecError(f"{where}.shifts: {exc}") from None
+        params = {"shifts": steps}
     return ShiftSpec(name, severities, dict(params))
 
 
@@ -488,7 +503,7 @@ def _check_names(spec: Spec, source: str | None) -> None:
 
     resolved = []
     for i, s in enumerate(spec.shifts):
-        where = _where(source, f"shifts[{i}]") if s.name != "clean" or i else _where(source, "shifts")
+        where = _where(source, f"shifts[{s.index}]") if s.index is not None else _where(source, "shifts")
         try:
             shift = SHIFTS.create(s.name, **s.params)
         except UnknownNameError as exc:
@@ -502,7 +517,7 @@ def _check_names(spec: Spec, source: str | None) -> None:
         bad = [v for v in severities if not lo <= v <= hi]
         if bad:
             raise SpecError(f"{where}.severities: {bad} outside {lo}..{hi} for shift {s.name!r}")
-        resolved.append(ShiftSpec(s.name, severities, s.params))
+        resolved.append(ShiftSpec(s.name, severities, s.params, s.index))
     spec.shifts = resolved
     for i, m in enumerate(spec.models):
         if m.name not in MODELS:

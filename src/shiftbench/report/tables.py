@@ -17,6 +17,16 @@ def condition_label(shift: str, params: dict[str, Any]) -> str:
     """'background_color (color=red)' — the shift and its variant parameters."""
     if not params:
         return shift
+    steps = params.get("shifts") if shift == "chain" else None
+    if isinstance(steps, list) and all(isinstance(s, dict) and "name" in s for s in steps):
+        # a composed shift: its steps in order, each with its variant parameters and fixed severity
+        parts = []
+        for step in steps:
+            extra = dict(step.get("params") or {})
+            if step.get("severity") is not None:
+                extra["severity"] = step["severity"]
+            parts.append(condition_label(str(step["name"]), extra))
+        return "chain: " + " then ".join(parts)
     inner = ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
     return f"{shift} ({inner})"
 

@@ -238,10 +238,10 @@ def _register_noise() -> None:
     from . import noise
 
     for name, fn in (
-        ("gaussian_noise", noise._gaussian_table),
-        ("shot_noise", noise._shot_table),
-        ("impulse_noise", noise._impulse_table),
-        ("speckle_noise", noise._speckle_table),
+        ("gaussian_noise", noise.gaussian_table),
+        ("shot_noise", noise.shot_table),
+        ("impulse_noise", noise.impulse_table),
+        ("speckle_noise", noise.speckle_table),
     ):
         TORCH_CORRUPTIONS[name] = _tabulated_noise(fn)
 
@@ -364,14 +364,14 @@ def _snow(x, severity, params):
 def _frost(x, severity, params):
     import torch
 
-    from .weather import FROST, _rescaled_overlay
+    from .weather import FROST, rescaled_overlay
 
     image_weight, frost_weight = FROST[severity - 1]
     n, _, h, w = x.shape
     crops = []
     for p in params:
         index = int(p["overlay"])
-        overlay = _on(x.device, ("frost", index, h, w), lambda i=index: _rescaled_overlay(i, h, w).transpose(2, 0, 1))
+        overlay = _on(x.device, ("frost", index, h, w), lambda i=index: rescaled_overlay(i, h, w).transpose(2, 0, 1))
         top, left = int(p["top"]), int(p["left"])
         crop = overlay[:, top : top + h, left : left + w]
         if tuple(crop.shape[1:]) != (h, w):
@@ -399,9 +399,9 @@ def _fog(x, severity, params):
 def _brightness(x, severity, params):
     import torch
 
-    from .weather import _brightness_lut
+    from .weather import brightness_lut
 
-    lut = _on(x.device, ("brightness", severity), lambda: _brightness_lut(severity))
+    lut = _on(x.device, ("brightness", severity), lambda: brightness_lut(severity))
     v = x.amax(dim=1, keepdim=True).to(torch.int64) << 8
     return lut[v | x.to(torch.int64)]
 
@@ -524,10 +524,10 @@ def _jpeg(x, severity, params):
 def _saturate(x, severity, params):
     import torch
 
-    from .digital import _saturate_tables
+    from .digital import saturate_tables
 
-    factors = _on(x.device, ("saturate", severity), lambda: _saturate_tables(severity)[0])
-    grey = _on(x.device, ("saturate-grey", severity), lambda: _saturate_tables(severity)[1])
+    factors = _on(x.device, ("saturate", severity), lambda: saturate_tables(severity)[0])
+    grey = _on(x.device, ("saturate-grey", severity), lambda: saturate_tables(severity)[1])
     v = x.amax(dim=1, keepdim=True)
     spread = (v - x.amin(dim=1, keepdim=True)).to(torch.int64)
     vi = v.to(torch.int64)

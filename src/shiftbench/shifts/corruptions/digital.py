@@ -179,12 +179,12 @@ class Saturate(Corruption):
         from ._kernels import saturate_pass
 
         out = np.empty_like(image)
-        saturate_pass(image, *_saturate_tables(severity), out)  # one pass, one table read per pixel
+        saturate_pass(image, *saturate_tables(severity), out)  # one pass, one table read per pixel
         return out
 
 
 @lru_cache(maxsize=None)
-def _saturate_tables(severity: int) -> tuple[np.ndarray, np.ndarray]:
+def saturate_tables(severity: int) -> tuple[np.ndarray, np.ndarray]:
     """(factors, grey) of saturate at ``severity``, in the float32 arithmetic of the per-pixel form:
     ``factors[(V << 8) | spread]`` = clip((spread / V) * gain + offset, 0, 1) * V / spread for
     0 < spread <= V, and ``grey[V]`` = the green and blue level of a grey pixel of value V (V itself,

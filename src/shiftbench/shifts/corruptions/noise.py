@@ -34,7 +34,7 @@ def _pmf_from_cdf(cdf_below: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=None)
-def _gaussian_table(severity: int):
+def gaussian_table(severity: int):
     # reference: uint8(clip(v/255 + c*n, 0, 1) * 255); output <= k  <=>  v + 255*c*n < k + 1
     c = GAUSSIAN_SCALE[severity - 1]
     k = _LEVELS[None, :255]
@@ -42,7 +42,7 @@ def _gaussian_table(severity: int):
 
 
 @lru_cache(maxsize=None)
-def _speckle_table(severity: int):
+def speckle_table(severity: int):
     # reference: uint8(clip(x + x*c*n, 0, 1) * 255) = v*(1 + c*n); grey level 0 stays 0
     c = SPECKLE_SCALE[severity - 1]
     k = _LEVELS[None, :255]
@@ -53,7 +53,7 @@ def _speckle_table(severity: int):
 
 
 @lru_cache(maxsize=None)
-def _shot_table(severity: int):
+def shot_table(severity: int):
     # reference: uint8(clip(poisson(x*c)/c, 0, 1) * 255) with x = v/255
     c = SHOT_PHOTONS[severity - 1]
     pmf = np.zeros((256, 256))
@@ -72,7 +72,7 @@ def _shot_table(severity: int):
 
 
 @lru_cache(maxsize=None)
-def _impulse_table(severity: int):
+def impulse_table(severity: int):
     # reference (skimage s&p, salt_vs_pepper=0.5): each channel value is replaced with
     # probability c, by 0 or 255 with equal odds
     c = IMPULSE_AMOUNT[severity - 1]
@@ -103,7 +103,7 @@ class GaussianNoise(_TabulatedNoise):
     """Additive Gaussian noise (ImageNet-C): x + N(0, c), c = 0.08..0.38 of the range."""
 
     def table(self, severity: int):
-        return _gaussian_table(severity)
+        return gaussian_table(severity)
 
 
 @SHIFTS.register("shot_noise", description="Poisson (photon) noise (ImageNet-C)", group="noise")
@@ -111,7 +111,7 @@ class ShotNoise(_TabulatedNoise):
     """Poisson noise (ImageNet-C): Poisson(x * c) / c with c = 60..3 photons at full scale."""
 
     def table(self, severity: int):
-        return _shot_table(severity)
+        return shot_table(severity)
 
 
 @SHIFTS.register("impulse_noise", description="Salt-and-pepper noise (ImageNet-C)", group="noise")
@@ -119,7 +119,7 @@ class ImpulseNoise(_TabulatedNoise):
     """Salt-and-pepper noise (ImageNet-C): a fraction c = 0.03..0.27 of values set to 0 or 255."""
 
     def table(self, severity: int):
-        return _impulse_table(severity)
+        return impulse_table(severity)
 
 
 @SHIFTS.register("speckle_noise", description="Multiplicative Gaussian noise (ImageNet-C extra)", group="extra")
@@ -129,4 +129,4 @@ class SpeckleNoise(_TabulatedNoise):
     group: ClassVar[str] = "extra"
 
     def table(self, severity: int):
-        return _speckle_table(severity)
+        return speckle_table(severity)

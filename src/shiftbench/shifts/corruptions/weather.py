@@ -105,7 +105,7 @@ def frost_overlay(index: int) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _rescaled_overlay(index: int, height: int, width: int) -> np.ndarray:
+def rescaled_overlay(index: int, height: int, width: int) -> np.ndarray:
     # as the reference: scale up only when the image is larger than the overlay, then by 1.1 more
     overlay = frost_overlay(index)
     oh, ow = overlay.shape[:2]
@@ -123,13 +123,13 @@ class Frost(Corruption):
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         h, w = shape[:2]
         index = int(rng.integers(len(FROST_FILES)))
-        oh, ow = _rescaled_overlay(index, h, w).shape[:2]
+        oh, ow = rescaled_overlay(index, h, w).shape[:2]
         return {"overlay": index, "top": int(rng.integers(0, oh - h)), "left": int(rng.integers(0, ow - w))}
 
     def corrupt(self, image, severity, params):
         image_weight, frost_weight = FROST[severity - 1]
         h, w = image.shape[:2]
-        overlay = _rescaled_overlay(int(params["overlay"]), h, w)
+        overlay = rescaled_overlay(int(params["overlay"]), h, w)
         top, left = int(params["top"]), int(params["left"])
         crop = overlay[top : top + h, left : left + w]
         if crop.shape != image.shape:
@@ -184,7 +184,7 @@ class Fog(Corruption):
 
 
 @lru_cache(maxsize=None)
-def _brightness_lut(severity: int) -> np.ndarray:
+def brightness_lut(severity: int) -> np.ndarray:
     """out[value, channel] for value = max channel: HSV V raised by c with hue and saturation kept."""
     c = BRIGHTNESS[severity - 1]
     v = np.arange(256, dtype=np.float64)[:, None] / 255.0
@@ -209,7 +209,7 @@ class Brightness(Corruption):
         from ._kernels import brightness_pass
 
         out = np.empty_like(image)
-        brightness_pass(image, _brightness_lut(severity), out)  # one pass: max channel, three table reads
+        brightness_pass(image, brightness_lut(severity), out)  # one pass: max channel, three table reads
         return out
 
 
