@@ -43,6 +43,15 @@ TOP_KEYS = {
                "limit, features, clip}; run by evaluate after the conditions and stored with the run",
     "curate": "evaluate only the samples every classifier gets right on clean (ObjectCompose's curation): true, "
               "or {models, min_mask_fraction}; applied after ids and limit",
+    "analysis": "why models fail, stored with the run and drawn by the report: true, or {views, samples, limit, "
+                "models, target} (Grad-CAM grids, background reliance, a t-SNE of the features)",
+}
+ANALYSIS_KEYS = {
+    "views": "any of gradcam, reliance, embedding (default: all three)",
+    "samples": "images per condition in the Grad-CAM grids (default 4)",
+    "limit": "first N samples of the run's dataset for reliance and the embedding (default 64)",
+    "models": "model labels of the spec to analyse (default: every torch classifier of the spec)",
+    "target": "the class Grad-CAM explains: predicted (default) or label (the sample's own class)",
 }
 CURATE_KEYS = {
     "models": "classifiers that must all be right on clean: model labels of the spec or registered names "
@@ -106,6 +115,7 @@ class Spec:
     engine: dict[str, Any] | None = None  # {name, address, workers, shard_size}; left out of ``raw``
     quality: dict[str, Any] | None = None  # {metrics, severity, limit, features, clip}, defaults filled in
     curate: dict[str, Any] | None = None  # {models: [...] or None (= every model), min_mask_fraction}
+    analysis: dict[str, Any] | None = None  # {views, samples, limit, models, target}, defaults filled in
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -143,6 +153,8 @@ class Spec:
             **({"quality": dict(self.quality)} if self.quality else {}),
             # curation decides which samples are scored: part of the identity, absent when unset
             **({"curate": dict(self.curate)} if self.curate else {}),
+            # the analysis section decides the stored analysis views: part of the identity, absent when unset
+            **({"analysis": dict(self.analysis)} if self.analysis else {}),
         }
 
 
@@ -185,6 +197,44 @@ def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
     if "clip_direction" in metrics and clip is None:
         raise SpecError(f"{where}.clip: the metric clip_direction needs a CLIP model (hf:PATH or open_clip:NAME)")
     return {"metrics": list(metrics), "severity": severity, "limit": limit, "features": features, "clip": clip}
+
+
+def _parse_analysis(value: Any, source: str | None) -> dict[str, Any] | None:
+    """``analysis: true`` or ``analysis: {views, samples, limit, models, target}``, checked, defaults filled in."""
+    from .analysis import ANALYSIS_VIEWS
+
+    where = _where(source, "analysis")
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected true or a mapping with keys {', '.join(ANALYSIS_KEYS)}, got {value!r}")
+    _known_keys(value, list(ANALYSIS_KEYS), lambda key: f"{where}.{key}")
+    views = value.get("views", list(ANALYSIS_VIEWS))
+    if isinstance(views, str):
+        views = [views]
+    if not isinstance(views, list) or not views:
+        raise SpecError(f"{where}.views: expected a list of {', '.join(ANALYSIS_VIEWS)}; got {views!r}")
+    for i, v in enumerate(views):
+        if v not in ANALYSIS_VIEWS:
+            raise SpecError(f"{where}.views[{i}]: unknown view {v!r}{_suggest(str(v), list(ANALYSIS_VIEWS))}; "
+                            f"choose from {', '.join(ANALYSIS_VIEWS)}")
+    out: dict[str, Any] = {"views": [v for v in ANALYSIS_VIEWS if v in views]}
+    for key, default, least in (("samples", 4, 1), ("limit", 64, 4)):
+        n = value.get(key, default)
+        if isinstance(n, bool) or not isinstance(n, int) or n < least:
+            raise SpecError(f"{where}.{key}: expected an integer of at least {least}, got {n!r}")
+        out[key] = n
+    models = value.get("models")
+    if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
+        raise SpecError(f"{where}.models: expected a list of model labels, got {models!r}")
+    out["models"] = list(models) if models else None
+    target = value.get("target", "predicted")
+    if target not in ("predicted", "label"):
+        raise SpecError(f"{where}.target: expected predicted or label, got {target!r}")
+    out["target"] = target
+    return out
 
 
 def _parse_curate(value: Any, source: str | None) -> dict[str, Any] | None:
@@ -339,13 +389,14 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     engine = _parse_engine(spec.get("engine"), source)
     quality = _parse_quality(spec.get("quality"), source)
     curate = _parse_curate(spec.get("curate"), source)
+    analysis = _parse_analysis(spec.get("analysis"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
         batch_size=batch_size, log_samples=log_samples, name=spec.get("name"),
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
-        label_map=label_map, engine=engine, quality=quality, curate=curate,
+        label_map=label_map, engine=engine, quality=quality, curate=curate, analysis=analysis,
     )
     if check_names:
         _check_names(result, source)
@@ -539,6 +590,12 @@ def _check_names(spec: Spec, source: str | None) -> None:
                     MODELS.entry(name)
                 except UnknownNameError as exc:
                     raise SpecError(f"{_where(source, f'quality.{key}')}: {exc}") from None
+    if spec.analysis and spec.analysis.get("models"):  # labels of the spec's own models
+        labels = {m.label or m.name for m in spec.models}
+        for i, name in enumerate(spec.analysis["models"]):
+            if name not in labels:
+                raise SpecError(f"{_where(source, f'analysis.models[{i}]')}: {name!r} is not a model of this spec"
+                                f"{_suggest(name, sorted(labels))}; its models: {', '.join(sorted(labels))}")
     if spec.curate and spec.curate.get("models"):  # a label of the spec, else a registered model name
         labels = {m.label or m.name for m in spec.models}
         for i, name in enumerate(spec.curate["models"]):

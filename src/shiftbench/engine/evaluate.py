@@ -158,6 +158,9 @@ it is) or ``"cpu"``. Arguments override the spec's ``engine:`` entry.
         from .quality import run_quality
 
         run_quality(plan, db, runner.run_id, progress)  # the spec's quality: section, stored for the report
+        from ..analysis import run_analysis
+
+        run_analysis(plan, db, runner.run_id, progress)  # the spec's analysis: section (Grad-CAM, reliance, t-SNE)
         return rows
     except BaseException:
         if created is not None:

@@ -22,6 +22,8 @@ from ..errors import ShiftbenchError
 from .headline import headline, headline_table, order_tables
 from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
 
+from ..analysis import stored_analysis
+from .analysis import analysis_blocks, analysis_figures
 from .stats import Uncertainty
 
 GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
@@ -51,6 +53,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
                    "curation": json.loads(curation[0]["data"]) if curation else None}
             # per-sample values (bootstrap CIs) exist only in stores written since they were kept
             samples = db.samples(run["run_id"])
+            run["analysis"] = stored_analysis(db, run["run_id"])  # the spec's analysis: views, if it had some
             loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
                            json.loads(quality[0]["data"]) if quality else [], samples))
     finally:
@@ -73,6 +76,15 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         _write_tables(out, tables, detail, prefix)
         summaries = _summaries(out, rows, prefix, quality, unc)
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
+        if run.get("analysis"):
+            blocks = analysis_blocks(run["analysis"], seed=int(run.get("seed") or 0))
+            if blocks:
+                from .blocks import blocks_to_markdown
+
+                (out / f"{prefix}analysis.md").write_text(blocks_to_markdown(blocks), encoding="utf-8")
+                summaries.append({"title": "Analysis: background reliance", "id": "analysis",
+                                  "blocks": blocks})
+            figures += analysis_figures(run["analysis"], out, prefix, _save)
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
         head = headline(rows, tables, preferred, unc)
         if head is not None and run.get("curation"):
