@@ -199,18 +199,26 @@ def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
     return {"metrics": list(metrics), "severity": severity, "limit": limit, "features": features, "clip": clip}
 
 
+def _switch_section(value: Any, keys: Any, where: str) -> dict[str, Any] | None:
+    """A section written ``true`` (all defaults), ``false``/absent (None) or as a mapping of known keys."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected true or a mapping with keys {', '.join(keys)}, got {value!r}")
+    _known_keys(value, list(keys), lambda key: f"{where}.{key}")
+    return value
+
+
 def _parse_analysis(value: Any, source: str | None) -> dict[str, Any] | None:
     """``analysis: true`` or ``analysis: {views, samples, limit, models, target}``, checked, defaults filled in."""
     from .analysis import ANALYSIS_VIEWS
 
     where = _where(source, "analysis")
-    if value is None or value is False:
+    value = _switch_section(value, ANALYSIS_KEYS, where)
+    if value is None:
         return None
-    if value is True:
-        value = {}
-    if not isinstance(value, dict):
-        raise SpecError(f"{where}: expected true or a mapping with keys {', '.join(ANALYSIS_KEYS)}, got {value!r}")
-    _known_keys(value, list(ANALYSIS_KEYS), lambda key: f"{where}.{key}")
     views = value.get("views", list(ANALYSIS_VIEWS))
     if isinstance(views, str):
         views = [views]
@@ -240,13 +248,9 @@ def _parse_analysis(value: Any, source: str | None) -> dict[str, Any] | None:
 def _parse_curate(value: Any, source: str | None) -> dict[str, Any] | None:
     """``curate: true`` or ``curate: {models, min_mask_fraction}``, checked and normalised."""
     where = _where(source, "curate")
-    if value is None or value is False:
+    value = _switch_section(value, CURATE_KEYS, where)
+    if value is None:
         return None
-    if value is True:
-        value = {}
-    if not isinstance(value, dict):
-        raise SpecError(f"{where}: expected true or a mapping with keys {', '.join(CURATE_KEYS)}, got {value!r}")
-    _known_keys(value, CURATE_KEYS, lambda key: f"{where}.{key}")
     models = value.get("models")
     if models is not None and (not isinstance(models, list) or not models
                                or not all(isinstance(m, str) and m for m in models)):
