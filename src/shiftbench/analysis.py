@@ -270,7 +270,7 @@ def run_analysis(plan: "Plan", store: "Store", run_id: str | None, progress: boo
     limit = min(int(section["limit"]), len(plan.dataset))
     n_grid = min(int(section["samples"]), limit)
     clean = [plan.dataset.load(i) for i in range(limit)]
-    conditions = [c for c in plan.conditions]
+    conditions = list(plan.conditions)
     shifted: dict[int, list[Any]] = {}
     for ci, cond in enumerate(conditions):
         if cond.shift_name == "clean":

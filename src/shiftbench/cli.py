@@ -150,7 +150,7 @@ def env_cmd(as_json: bool) -> None:
               help="CPUs of the local Ray cluster the ray engine starts (default: all).")
 @click.option("--shard-size", type=click.IntRange(min=1), default=None,
               help="Samples per unit of the ray engine (whole batches; default 256).")
-@click.option("--pixels", type=click.Choice(["auto", "device", "cpu"]), default=None,
+@click.option("--pixels", type=click.Choice(["auto", "device", "cpu"]), default=None,  # spec.PIXELS (not imported: CLI start-up)
               help="Where corruptions run: auto (default: on the models' GPU when every model is a torch "
                    "classifier there), device (the models' device, whatever it is) or cpu.")
 def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,

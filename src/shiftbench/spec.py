@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence

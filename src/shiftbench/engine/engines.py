@@ -346,8 +346,10 @@ def engine_options(base: dict[str, Any] | None, **overrides: Any) -> dict[str, A
         if options.get(key) and name != "ray":
             raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
     pixels = options.get("pixels")
-    if pixels is not None and pixels not in ("auto", "device", "cpu"):
-        raise ShiftbenchError(f"pixels {pixels!r}: expected one of auto, device, cpu")
+    from ..spec import PIXELS
+
+    if pixels is not None and pixels not in PIXELS:
+        raise ShiftbenchError(f"pixels {pixels!r}: expected one of {', '.join(PIXELS)}")
     return options
 
 

@@ -120,8 +120,8 @@ def evaluate(
     once for every model; this process stays the only writer of the store, and the rows are those of
     the local engine. ``address`` joins a running Ray cluster (default: start a local one on
     ``workers`` CPUs). ``pixels``: where corruptions run: ``"auto"`` (the default: on the models' GPU when
-every model is a torch classifier there, engine/pixels.py), ``"device"`` (on the models' device, whatever
-it is) or ``"cpu"``. Arguments override the spec's ``engine:`` entry.
+    every model is a torch classifier there, engine/pixels.py), ``"device"`` (on the models' device, whatever
+    it is) or ``"cpu"``. Arguments override the spec's ``engine:`` entry.
 
     ``store`` is a database path (created if missing) or an open Store; without one a temporary store
     is used. ``models`` may pass already-created model objects by name (reused across calls).
@@ -517,7 +517,7 @@ class _Runner:
         parts = {name: self._metric(name, label) for name in metric_names}
         predictions: list = []
         if samples:
-            predict = handler.predict if pixels is None else (lambda mdl, xs: pixels.predict(mdl, xs))
+            predict = handler.predict if pixels is None else pixels.predict
             outputs = plan.outputs(_predict_with_backoff(predict, model, samples))
             targets = plan.targets(samples)  # metrics and records see both sides in one space
             for name in metric_names:

@@ -15,10 +15,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..sample import Sample
+from ..spec import PIXELS as PIXEL_MODES
 
 __all__ = ["DeviceBatch", "tensor_path", "PIXEL_MODES"]
-
-PIXEL_MODES = ("auto", "device", "cpu")
 
 
 def takes_tensors(model: Any) -> bool:

@@ -26,7 +26,7 @@ def reliance_table(rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
     """{"models", "conditions", "cells": {(condition, model): {mean, low, high, n, delta, delta_low, delta_high}}}:
     the mean share of Grad-CAM mass outside the object mask, its 95% bootstrap interval, and the change
     against clean paired on the same samples (its interval too)."""
-    models = sorted({r["model"] for r in rows}, key=lambda m: [r["model"] for r in rows].index(m))
+    models = list(dict.fromkeys(r["model"] for r in rows))  # in the stored order
     conditions: list[str] = []
     by: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:

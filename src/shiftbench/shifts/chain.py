@@ -164,14 +164,12 @@ class Chain(Shift):
 
     def draw(self, sample: Sample, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
         severity = self.check_severity(severity)
-        self.check_sample_first(sample)
+        self.check_sample(sample)
         return check_params(self.sample_params(sample, severity, self.rng(seed, sample.id)), self.name)
 
-    def check_sample_first(self, sample: Sample) -> None:
-        self.steps[0].check_sample(sample)
-
     def check_sample(self, sample: Sample) -> None:
-        self.check_sample_first(sample)
+        # the first step sees the sample; later steps check what the steps before hand them (sample_params)
+        self.steps[0].check_sample(sample)
 
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         return self.apply_batch([sample], [params])[0]
@@ -243,7 +241,8 @@ class Chain(Shift):
     def describe(self) -> str:
         """``background_color(color=red)@5 -> gaussian_noise`` (steps with their params and fixed severities)."""
         parts = []
-        for step, fixed in zip(self.config["shifts"], [s.get("severity") for s in self.config["shifts"]]):
+        for step in self.config["shifts"]:
+            fixed = step.get("severity")
             args = ", ".join(f"{k}={v}" for k, v in sorted(step["params"].items()))
             parts.append(step["name"] + (f"({args})" if args else "") + (f"@{fixed}" if fixed is not None else ""))
         return " -> ".join(parts)

@@ -79,10 +79,6 @@ def _trunc(x):
     return x.clamp_(0, 255).to(torch.uint8)
 
 
-def _cache_key(device) -> str:
-    return str(device)
-
-
 _DEVICE_TABLES: dict[tuple[Any, ...], Any] = {}
 
 
@@ -90,7 +86,7 @@ def _on(device, key: tuple[Any, ...], make: Callable[[], np.ndarray]):
     """A table built once on the CPU and kept on ``device`` (tables are small: at most 256 KB)."""
     import torch
 
-    full = (_cache_key(device), *key)
+    full = (str(device), *key)
     t = _DEVICE_TABLES.get(full)
     if t is None:
         t = torch.from_numpy(np.ascontiguousarray(make())).to(device)
