@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from shiftbench.sample import Sample
+
+# Property tests run the same generated cases on every machine and every run (derandomize), never fail
+# for being slow on a busy machine (no deadline), and write no example database into the checkout.
+settings.register_profile("shiftbench", derandomize=True, deadline=None, database=None, print_blob=True)
+settings.load_profile("shiftbench")
 
 
 def make_image(h: int = 48, w: int = 64, seed: int = 0) -> np.ndarray:

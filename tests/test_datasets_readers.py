@@ -324,7 +324,7 @@ def test_coco_bad_json_is_a_clear_error(tmp_path):
         sb.load_dataset(str(tmp_path), format="coco", images=".")
     bad = {"images": [], "annotations": [{"id": 1, "image_id": 7, "category_id": 1, "bbox": [0, 0, 1, 1]}]}
     (tmp_path / "annotations" / "instances_val.json").write_text(json.dumps(bad))
-    with pytest.raises(ShiftbenchError, match="image ids not in 'images': 7"):
+    with pytest.raises(ShiftbenchError, match="annotation 1: image_id 7 is not in 'images'"):
         sb.load_dataset(str(tmp_path), format="coco", images=".")
     bad["annotations"][0]["bbox"] = [0, 0]
     (tmp_path / "annotations" / "instances_val.json").write_text(json.dumps(bad))

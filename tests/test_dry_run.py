@@ -29,7 +29,8 @@ def write_folder(root: Path, bad: bool) -> None:
     for c in ("cat", "dog"):
         (root / c).mkdir(parents=True)
         for i in range(3):
-            Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(root / c / f"{i}.png")
+            # 32 px: the smallest images corruptions take (a dry run checks the first batch against it)
+            Image.fromarray(np.full((32, 32, 3), 40 * i, np.uint8)).save(root / c / f"{i}.png")
     if bad:
         (root / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
 

@@ -195,8 +195,9 @@ def _write_voc(root: Path, n: int = 4) -> Path:
 
 
 def test_voc_input_gives_a_voc_folder_that_evaluates_like_the_shift_on_the_fly(tmp_path):
-    root = _write_voc(tmp_path / "VOC2012", n=4)
-    generate(str(tmp_path), ["gaussian_noise"], [3], tmp_path / "out", seed=2)  # a VOCdevkit-like parent works
+    root = _write_voc(tmp_path / "devkit" / "VOC2012", n=4)
+    # a VOCdevkit-like parent works; the out folder beside it (one inside the data is refused)
+    generate(str(tmp_path / "devkit"), ["gaussian_noise"], [3], tmp_path / "out", seed=2)
     folder = tmp_path / "out" / "gaussian_noise" / "3"
     source, made = tree_bytes(root), tree_bytes(folder)
     ids = (root / "ImageSets" / "Segmentation" / "val.txt").read_text().split()

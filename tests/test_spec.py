@@ -26,7 +26,7 @@ dataset: _test_tiny
 models: [_test_model]
 shifts:
   - clean
-  - {name: _test_noise, severities: [1, 3, 5]}
+  - {name: _test_noise, severities: [3, 4, 5]}
   - {name: _test_noise, severities: 1-2}
 metrics: [_test_top1]
 seed: 4
@@ -44,7 +44,7 @@ def test_valid_spec_plans_conditions(tmp_path):
     spec = load_spec(write(tmp_path, BASE))
     planned = [(c.model, c.shift, c.severity) for c in spec.conditions()]
     assert planned[0] == ("_test_model", "clean", 0)
-    assert [p[2] for p in planned[1:]] == [1, 3, 5, 1, 2]
+    assert [p[2] for p in planned[1:]] == [3, 4, 5, 1, 2]
     assert spec.seed == 4 and spec.limit == 10
 
 
@@ -58,15 +58,15 @@ def test_clean_added_when_missing_and_bare_names_take_all_severities():
     "change, message",
     [
         (("seed: 4", "sed: 4"), r"spec.yaml: sed: unknown key \(did you mean 'seed'\?\)"),
-        (("severities: [1, 3, 5]", "severities: [0, 3]"), r"shifts\[1\]\.severities: \[0\] outside 1..5"),
-        (("severities: [1, 3, 5]", "severites: [1]"), r"shifts\[1\]\.severites: unknown key \(did you mean 'severities'\?\)"),
+        (("severities: [3, 4, 5]", "severities: [0, 3]"), r"shifts\[1\]\.severities: \[0\] outside 1..5"),
+        (("severities: [3, 4, 5]", "severites: [1]"), r"shifts\[1\]\.severites: unknown key \(did you mean 'severities'\?\)"),
         (("{name: _test_noise, severities: 1-2}", "{name: _test_nose}"), r"shifts\[2\]\.name: unknown shift '_test_nose'; did you mean '_test_noise'"),
         (("[_test_model]", "[_test_modl]"), r"models\[0\]: unknown model '_test_modl'"),
         (("[_test_top1]", "[top_one]"), r"metrics\[0\]: unknown metric 'top_one'"),
         (("dataset: _test_tiny", "dataset: no_such_data"), r"dataset: 'no_such_data' is neither a registered dataset"),
         (("limit: 10", "limit: -1"), r"limit: expected a positive integer"),
-        (("seed: 4", "seed: four"), r"seed: expected a non-negative integer"),
-        (("severities: [1, 3, 5]", "severities: [a]"), r"severities: expected an int"),
+        (("seed: 4", "seed: four"), r"spec.yaml: seed: expected an integer 0 <= seed < 2\*\*63, got 'four' \(str\)"),
+        (("severities: [3, 4, 5]", "severities: [a]"), r"severities: expected an int"),
         (("{name: _test_noise, severities: 1-2}", "{name: _test_noise, params: {sigma: 3}}"), r"shifts\[2\]\.params: shift ._test_noise. takes no parameters"),
         (("metrics: [_test_top1]", "metrics: []"), r"metrics: missing"),
     ],

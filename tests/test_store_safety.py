@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import json
 import os
 import sqlite3
 import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -13,31 +17,61 @@ from shiftbench.engine.store import ConditionKey, Store
 from shiftbench.errors import StoreError
 
 WORKERS = 20
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+# Each writer is a fresh interpreter (never a fork of this threaded test process, whose held locks a
+# fork would inherit). They meet at a file barrier: each says it is ready, then waits for the "go" file,
+# so all open the fresh path at about the same moment. Nothing is timed: the waits are bounded only
+# to end a run whose machine has stalled, and every child is killed before the test returns.
+WRITER = r"""
+import json, os, sys, time
+from shiftbench.engine.store import ConditionKey, Store
+path, index, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+open(os.path.join(gate, f"ready-{index}"), "w").close()
+for _ in range(60000):
+    if os.path.exists(os.path.join(gate, "go")):
+        break
+    time.sleep(0.01)
+try:
+    with Store(path) as store:
+        run = store.start_run({"writer": index}, seed=index)
+        cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+        store.finish_condition(cid, {"score": (float(index), 1)})
+    print(json.dumps([index, "ok"]))
+except BaseException as exc:
+    print(json.dumps([index, f"{type(exc).__name__}: {exc}"]))
+"""
 
 
-def _open_and_write(path: str, index: int, barrier, results) -> None:
-    try:
-        barrier.wait(timeout=60)  # all open the fresh path at the same moment
-        with Store(path) as store:
-            run = store.start_run({"writer": index}, seed=index)
-            cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
-            store.finish_condition(cid, {"score": (float(index), 1)})
-        results.put((index, "ok"))
-    except BaseException as exc:  # reported to the parent, which fails the test with the message
-        results.put((index, f"{type(exc).__name__}: {exc}"))
+def _writers(path: Path, gate: Path) -> list[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(i), str(gate)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(WORKERS)]
 
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_twenty_processes_create_one_fresh_store(tmp_path, attempt):
-    ctx = mp.get_context("fork")
-    path = str(tmp_path / "fresh.db")
-    barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
-    procs = [ctx.Process(target=_open_and_write, args=(path, i, barrier, results)) for i in range(WORKERS)]
-    for p in procs:
-        p.start()
-    outcomes = dict(results.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+    path, gate = tmp_path / "fresh.db", tmp_path / "gate"
+    gate.mkdir()
+    procs = _writers(path, gate)
+    outcomes = {}
+    try:
+        for _ in range(60000):  # all started (imports done) before any opens the store
+            if len(list(gate.glob("ready-*"))) == WORKERS or any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.01)
+        (gate / "go").touch()
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            lines = [line for line in out.splitlines() if line.startswith("[")]
+            assert lines, f"a writer printed no outcome (exit {p.returncode}): {err[-2000:]}"
+            index, outcome = json.loads(lines[-1])
+            outcomes[index] = outcome
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert outcomes == {i: "ok" for i in range(WORKERS)}
     with Store(path) as store:
         assert store.integrity_check() == "ok"

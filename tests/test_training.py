@@ -51,8 +51,10 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 # -- (a) worker invariance -----------------------------------------------------------------------------
 def _epochs(dataset, num_workers, persistent=False, shuffle=False, epochs=(0, 1)):
     """{epoch: {index: (image bytes, record)}} through a real DataLoader."""
+    # workers are fresh interpreters (spawn), never forks of this threaded test process
     loader = torch.utils.data.DataLoader(dataset, batch_size=2, num_workers=num_workers, shuffle=shuffle,
                                          persistent_workers=persistent, collate_fn=collate,
+                                         multiprocessing_context="spawn" if num_workers else None,
                                          generator=torch.Generator().manual_seed(123))
     seen = {}
     for epoch in epochs:

@@ -16,8 +16,21 @@ import click
 
 from .console import print_table
 from .errors import ShiftbenchError
+from .seeds import parse_seed
 
 KINDS = ("shifts", "models", "datasets", "metrics")
+
+
+class SeedParam(click.ParamType):
+    """A ``--seed`` option: an integer 0 <= seed < 2**63 (seeds.py), the domain of the spec and the store.
+
+    A bad one raises the SeedError itself (not click's usage block), so that it ends, like every user
+    mistake, as one line and exit status 2."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        return parse_seed(value, param.opts[0] if param is not None and param.opts else "--seed")
 
 
 def _console(stderr: bool = False):
@@ -179,7 +192,7 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
     rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run)
     if results_json:
         _write_json_atomic(Path(results_json), rows)
-    _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""))
+    _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""), soft_wrap=True, markup=False)
 
 
 def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
@@ -193,7 +206,10 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
 
         import_ray()
         if engine.get("address") not in (None, "", "auto"):
+            from .engine.cluster import token_auth
+
             check_reachable(engine["address"])
+            token_auth(engine["address"])  # a cluster that would refuse the run's token (or its lack) refuses now
     plan = prepare(spec)
     where = "new store"
     path = Path(store)
@@ -228,6 +244,9 @@ def _print_plan(plan, store: str) -> None:
     for label, model in plan.models.items():
         say(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
     say(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
+    if plan.conditions and spec.on_error == "fail":  # what prepare asked of the data (engine/evaluate.py)
+        say(f"checked: every shift's params drawn on the first batch ({min(spec.batch_size, plan.samples)} "
+            "samples) of every condition")
     engine = dict(spec.engine or {})
     if engine.get("name") == "ray":
         say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of {engine.get('shard_size', 256)} "
@@ -236,11 +255,11 @@ def _print_plan(plan, store: str) -> None:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
+    from .files import write_atomic
+
     if not path.parent.exists():
         raise ShiftbenchError(f"{path}: folder {path.parent} does not exist")
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(value, indent=1))
 
 
 # -- generate -----------------------------------------------------------------------------------
@@ -250,9 +269,9 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               help="Shift name, comma list, glob, or a group: all (19 corruptions), common (the 15 of ImageNet-C), "
                    "noise, blur, weather, digital, extra, text, background, attribute.")
 @click.option("--severity", default="3", show_default=True, help="Severity, list (1,3,5) or range (1-5).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--out", required=True, type=click.Path(), help="Output folder (new, or one generate wrote before).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SeedParam(), default=0, show_default=True, help="Random seed, 0 <= seed < 2**63.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
 @click.option("--format", "layout", type=click.Choice(["folder", "webdataset", "parquet", "png", "jpeg"]),
               default="folder", show_default=True,
@@ -291,7 +310,7 @@ def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str,
                        on_error=on_error, engine=engine, address=address, shard_size=shard_size)
     unreadable = (f", {summary['unreadable']} unreadable or failed sample(s) skipped (see the manifest)"
                   if summary["unreadable"] else "")
-    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}")
+    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}", soft_wrap=True, markup=False)
 
 
 def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
@@ -326,8 +345,9 @@ def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | N
 
 # -- report / demo ------------------------------------------------------------------------------
 @cli.command("report")
-@click.option("--store", required=True, type=click.Path(dir_okay=False), help="Results database.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
+@click.option("--store", required=True, type=click.Path(), help="Results database.")
+@click.option("--out", required=True, type=click.Path(),
+              help="Output folder; only the files of an earlier report there are replaced (and named).")
 @click.option("--run-id", "run_ids", multiple=True, help="Which run (repeatable; default: the latest).")
 @click.option("--all-runs", is_flag=True, help="Every run of the store, one section each.")
 def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
@@ -339,7 +359,7 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
         with Store(store, create=False) as db:
             run_ids = tuple(r["run_id"] for r in db.runs())
     path = build_report(store, out, run_id=list(run_ids) if run_ids else None)
-    _console().print(f"report: {path}")
+    _console().print(f"report: {path}", soft_wrap=True, markup=False)
 
 
 @cli.command("demo")
@@ -357,7 +377,7 @@ def demo_cmd(out: str, quick: bool) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Checkpoint path (.safetensors; config beside it as .json). Default: the user cache.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Training epochs (default 60).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=SeedParam(), default=0, show_default=True, help="Random seed, 0 <= seed < 2**63.")
 def train_retriever_cmd(out: str | None, epochs: int | None, seed: int) -> None:
     """Train the combiner and text_only's projection on objects-cir train (CPU, minutes)."""
     from .models.retrieval import cache_dir, CHECKPOINT_NAME
@@ -373,6 +393,11 @@ def train_retriever_cmd(out: str | None, epochs: int | None, seed: int) -> None:
 # -- end of train-retriever ---------------------------------------------------------------------------
 
 
+def one_line(text: str) -> str:
+    """A message as one line: a name from the data that holds a line break is shown escaped, never folded."""
+    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\x85", "\\x85").replace("\u2028", "\\u2028")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning user mistakes into one-line errors (exit status 2)."""
     try:
@@ -384,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except ShiftbenchError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

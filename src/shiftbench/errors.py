@@ -28,3 +28,17 @@ class StoreError(ShiftbenchError):
 
 class SeverityError(ShiftbenchError, ValueError):
     """A severity outside a shift's range."""
+
+
+class SeedError(ShiftbenchError, ValueError):
+    """A seed outside the one domain every entry point accepts: an integer 0 <= seed < 2**63 (seeds.py)."""
+
+
+class DatasetError(ShiftbenchError):
+    """A dataset's annotation file with a record that cannot be used as written (a duplicate id, a
+    category that is not listed, a non-finite coordinate, ...); the message names the file and the record."""
+
+
+class ParamsError(ShiftbenchError, ValueError):
+    """Recorded shift params that are not the shift's (a key missing or unknown, a value of another type);
+    the message names the key."""

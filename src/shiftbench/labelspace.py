@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import ShiftbenchError
 
-__all__ = ["LabelSpace", "map_spaces", "builtin_spaces", "recognize", "BUILTIN_NAMES", "UNUSED"]
+__all__ = ["LabelSpace", "map_spaces", "builtin_spaces", "recognize", "suggest_class", "BUILTIN_NAMES", "UNUSED"]
 
 UNUSED = "N/A"  # display name of an unused slot (COCO's category-id gaps), as in hub detector configs
 BUILTIN_NAMES = ("imagenet1k", "coco80", "coco91", "voc21", "ade150", "cityscapes19")
@@ -277,30 +277,16 @@ def map_spaces(dataset: LabelSpace, model: LabelSpace, label_map: Mapping[str, A
     """For every slot of ``dataset``, the ``model`` slot of the same class (-1 for unused slots), or None
     when no exact mapping exists.
 
-    Tried in order: the same space; ``label_map`` (dataset class name/id -> model class name/id/slot; every
-    used dataset class needs an entry, errors name ``where``); identifiers of the same kind (wnids, COCO
+    A ``label_map`` (dataset class name/id -> model class name/id/slot) is always read when given, whether
+    or not the spaces already match: every entry must name a class on both sides and every used dataset
+    class needs an entry (errors name ``where``), and the mapping is the map's, so a deliberate remap
+    applies. Without one, tried in order: the same space; identifiers of the same kind (wnids, COCO
     category ids); names that are unique in both spaces. The last two must cover every used dataset slot.
     """
+    if label_map:
+        return _apply_label_map(dataset, model, label_map, where)
     if dataset.same_as(model):
         return [i if dataset.ids[i] != "" else -1 for i in range(dataset.num_classes)]
-    if label_map:
-        out = [-1] * dataset.num_classes
-        seen = set()
-        for key, value in label_map.items():
-            d = dataset.resolve(key)
-            if d is None:
-                raise ShiftbenchError(f"{where}: {key!r} is not a class of the dataset's label space {dataset.describe()}")
-            m = model.resolve(value)
-            if m is None:
-                raise ShiftbenchError(f"{where}: {key!r} -> {value!r}: {value!r} is not a class of the model's label "
-                                      f"space {model.describe()}")
-            out[d] = m
-            seen.add(d)
-        missing = [dataset.class_names[i] for i in dataset.used if i not in seen]
-        if missing:
-            raise ShiftbenchError(f"{where}: no entry for {len(missing)} dataset classes (first: "
-                                  f"{', '.join(repr(m) for m in missing[:5])})")
-        return out
     if dataset.id_kind == model.id_kind and not dataset.id_kind.startswith("numbered"):
         index = {x: i for i, x in enumerate(model.ids) if x != ""}
         out = [index.get(x, -2) if x != "" else -1 for x in dataset.ids]
@@ -315,3 +301,40 @@ def map_spaces(dataset: LabelSpace, model: LabelSpace, label_map: Mapping[str, A
         if -2 not in out and len(set(used)) == len(used):
             return out
     return None
+
+
+def _apply_label_map(dataset: LabelSpace, model: LabelSpace, label_map: Mapping[str, Any], where: str) -> list[int]:
+    """The model slot of every dataset slot as ``label_map`` says; ShiftbenchError naming the first bad entry."""
+    out = [-1] * dataset.num_classes
+    seen = set()
+    for key, value in label_map.items():
+        d = dataset.resolve(key)
+        if d is None:
+            raise ShiftbenchError(f"{where}: {key!r} is not a class of the dataset's label space {dataset.describe()}"
+                                  f"{suggest_class(key, dataset)}")
+        m = model.resolve(value)
+        if m is None:
+            raise ShiftbenchError(f"{where}: {key!r} -> {value!r}: {value!r} is not a class of the model's label "
+                                  f"space {model.describe()}{suggest_class(value, model)}")
+        if d in seen:
+            raise ShiftbenchError(f"{where}: {key!r} names dataset class {dataset.class_names[d]!r}, which has "
+                                  "an entry already")
+        out[d] = m
+        seen.add(d)
+    missing = [dataset.class_names[i] for i in dataset.used if i not in seen]
+    if missing:
+        raise ShiftbenchError(f"{where}: no entry for {len(missing)} dataset classes (first: "
+                              f"{', '.join(repr(m) for m in missing[:5])})")
+    return out
+
+
+def suggest_class(word: Any, space: LabelSpace) -> str:
+    """A message's tail: ``(did you mean 'x'?)`` for the class name or id of ``space`` closest to ``word``
+    (nothing when none is close); the slot range for an int."""
+    import difflib
+
+    if isinstance(word, int) and not isinstance(word, bool):
+        return f" (slots: 0..{space.num_classes - 1})"
+    names = [n for i, n in enumerate(space.class_names) if space.ids[i] != ""]
+    close = difflib.get_close_matches(str(word), names + [x for x in space.ids if x and x not in names], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

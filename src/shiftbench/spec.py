@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import ShiftbenchError, SpecError, UnknownNameError
+from .errors import SeedError, ShiftbenchError, SpecError, UnknownNameError
+from .seeds import check_seed
 
 __all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "load_spec"]
 
@@ -26,16 +27,16 @@ TOP_KEYS = {
     "dataset": "registered dataset name or path",
     "dataset_params": "keyword arguments of the dataset",
     "models": "list of model names or {name, params}",
-    "shifts": "list of shift names or {name, severities, params}",
+    "shifts": "list of shift names or {name, severities, params}; each (shift, params, severity) once",
     "metrics": "list of metric names",
-    "seed": "integer seed (default 0)",
+    "seed": "integer seed, 0 <= seed < 2**63 (default 0)",
     "limit": "use only the first N samples",
     "batch_size": "images per model call (default 32)",
     "log_samples": "store per-sample predictions (default false)",
-    "ids": "path of a file with one sample id per line (e.g. from shiftbench curate)",
+    "ids": "path of a file with one sample id per line, each listed once (e.g. from shiftbench curate)",
     "on_error": "what an unreadable image does: fail (default: stop before any work, naming every file) or skip",
     "label_map": "dataset class -> model class (names, ids or indices): a mapping, or a file (YAML/JSON mapping, "
-                 "or one 'dataset_class<TAB>model_class' per line)",
+                 "or one 'dataset_class<TAB>model_class' per line); read whenever given, also between equal spaces",
     "engine": "where the work runs: local (default) or ray, or {name, address, workers, shard_size, pixels}; "
               "pixels: where corruptions run, auto (default: on the models' GPU when every model takes tensors), "
               "device or cpu; not part of the run's identity",
@@ -359,6 +360,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     models = _label_models(models, source)
     shifts = [dataclasses.replace(_parse_shift(s, _where(source, f"shifts[{i}]")), index=i)
               for i, s in enumerate(_as_list(spec, "shifts", source))]
+    _refuse_repeats(shifts, source)
     if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
         shifts.insert(0, ShiftSpec("clean", (0,), {}))
     else:
@@ -368,9 +370,10 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         if not isinstance(m, str):
             raise SpecError(f"{_where(source, f'metrics[{i}]')}: expected a metric name, got {m!r}")
 
-    seed = spec.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise SpecError(f"{_where(source, 'seed')}: expected a non-negative integer, got {seed!r}")
+    try:  # the one seed domain (seeds.py): 0 <= seed < 2**63, what the store can hold
+        seed = check_seed(spec.get("seed", 0), _where(source, "seed"))
+    except SeedError as exc:
+        raise SpecError(str(exc)) from None
     limit = spec.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise SpecError(f"{_where(source, 'limit')}: expected a positive integer, got {limit!r}")
@@ -551,6 +554,24 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
             raise SpecError(f"{where}.shifts: {exc}") from None
         params = {"shifts": steps}
     return ShiftSpec(name, severities, dict(params))
+
+
+def _refuse_repeats(shifts: list[ShiftSpec], source: str | None) -> None:
+    """The same shift with the same params at the same severity in two entries would be planned twice and
+    stored once: refused, naming both entries. A bare name (no severities yet) stands for all of them."""
+    import json
+
+    earlier: dict[str, list[ShiftSpec]] = {}
+    for s in shifts:
+        key = f"{s.name}\x1f{json.dumps(s.params, sort_keys=True, default=repr)}"
+        for other in earlier.get(key, []):
+            common = sorted(set(s.severities) & set(other.severities))
+            if common or not s.severities or not other.severities:
+                params = f" {json.dumps(s.params, sort_keys=True, default=repr)}" if s.params else ""
+                at = f", severity {', '.join(map(str, common))}" if common else ""
+                raise SpecError(f"{_where(source, f'shifts[{s.index}]')}: repeats shifts[{other.index}] ({s.name!r}"
+                                f"{params}{at}); list each shift, params and severity once")
+        earlier.setdefault(key, []).append(s)
 
 
 def _check_names(spec: Spec, source: str | None) -> None:

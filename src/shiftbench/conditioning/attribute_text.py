@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..seeds import check_seed
 
 __all__ = [
     "ATTRIBUTES", "FAMILIES", "LOCAL_FAMILIES", "ATTRIBUTE_WORDS", "STYLE_TEMPLATES", "Caption",
@@ -191,7 +192,7 @@ def rewrite_caption(caption: str, family: str, value: str, rewriter: Callable[[s
     prompt = edit_prompt(caption, family, value, subject)
     if rewriter is None:
         return prompt
-    derived = int(np.random.SeedSequence([int(seed), sum(map(ord, prompt))]).generate_state(1)[0])
+    derived = int(np.random.SeedSequence([check_seed(seed), sum(map(ord, prompt))]).generate_state(1)[0])
     out = rewriter(prompt, derived)
     if not isinstance(out, str) or not out.strip():
         raise ShiftbenchError("caption rewriter returned an empty or non-string caption")

@@ -8,17 +8,18 @@ crossings, as pycocotools' ``frPoly`` does, so masks match it pixel for pixel.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..files import write_atomic
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, load_image
-from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
+from .coco_file import read_instances, rle_string_counts
+from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, screen
 
 __all__ = ["CocoInstances", "InstanceMasks", "decode_rle", "encode_rle_string", "polygon_to_mask",
            "annotation_to_mask", "annotation_area"]
@@ -32,30 +33,6 @@ def _runs_to_mask(counts: Sequence[int], height: int, width: int) -> np.ndarray:
     values = np.arange(len(counts)) % 2 == 1  # runs alternate, starting with background
     flat = np.repeat(values, counts)
     return flat.reshape(width, height).T.copy()  # column-major order
-
-
-def _string_to_counts(text: str) -> list[int]:
-    """Decode COCO's compressed RLE string (6-bit chunks, offset 48, deltas from two runs back)."""
-    data = np.frombuffer(text.encode("ascii"), dtype=np.uint8).astype(np.int64) - 48
-    counts: list[int] = []
-    pos = 0
-    n = len(data)
-    while pos < n:
-        value, shift, more = 0, 0, True
-        while more:
-            if pos >= n:
-                raise ShiftbenchError("truncated compressed RLE string")
-            chunk = int(data[pos])
-            value |= (chunk & 0x1F) << shift
-            more = bool(chunk & 0x20)
-            pos += 1
-            shift += 5
-            if not more and chunk & 0x10:
-                value |= -1 << shift  # sign-extend the last chunk
-        if len(counts) > 2:
-            value += counts[-2]
-        counts.append(value)
-    return counts
 
 
 def encode_rle_string(mask: np.ndarray) -> dict[str, Any]:
@@ -90,7 +67,7 @@ def decode_rle(rle: dict[str, Any]) -> np.ndarray:
     if isinstance(counts, bytes):
         counts = counts.decode("ascii")
     if isinstance(counts, str):
-        counts = _string_to_counts(counts)
+        counts = rle_string_counts(counts)
     return _runs_to_mask(counts, height, width)
 
 
@@ -226,13 +203,17 @@ class CocoInstances(ReaderDataset):
     (COCO category ids), and ``mask``: an int32 instance map (0 background, k for the k-th annotation; a
     later annotation covers an earlier one where they overlap) unless ``masks=False``. ``meta`` holds, one
     entry per annotation in file order, what COCOeval reads: ``ann_ids``, ``iscrowd`` flags, ``area`` (the
-    annotation's ``area`` field, which sizes it as small/medium/large) and ``instance_masks`` (an
+    annotation's ``area`` field, which sizes it as small/medium/large), ``bbox`` (the file's x, y, w, h, which
+    ``boxes`` hold as float32 corners: box AP takes IoUs from these, as COCOeval) and ``instance_masks`` (an
     :class:`InstanceMasks`, decoded only when read, overlaps intact; absent when ``masks=False``), plus the
     image's ``coco_id``. Ids are the COCO image ids.
 
     ``shiftbench generate`` writes a COCO folder again: ``annotations/instances_<split>.json`` (this file
     with each generated image's ``file_name`` rewritten and the images not generated left out; every other
     value as it was) and the images under ``<split>/``. Image ids, and so sample ids, are unchanged.
+
+    Every record is checked when the reader is built (:mod:`shiftbench.datasets.coco_file`): a file is read
+    as COCOeval reads it, or refused with one :class:`~shiftbench.errors.DatasetError` line naming the record.
     """
 
     annotations = ("boxes", "box_labels", "mask")
@@ -267,41 +248,14 @@ class CocoInstances(ReaderDataset):
         # the split names the generated copy's json and image folder; a name unfit for a folder becomes "images"
         self.split = split if split.strip(".") and all(c.isalnum() or c in "._-" for c in split) else "images"
         self.masks = bool(masks)
-        try:
-            data = json.loads(ann_file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ShiftbenchError(f"coco: cannot read {ann_file}: {exc}") from None
-        if not isinstance(data, dict) or not isinstance(data.get("images"), list) \
-                or not isinstance(data.get("annotations"), list):
-            raise ShiftbenchError(f"coco: {ann_file} is not a COCO instances file (needs 'images' and 'annotations' lists)")
-        self.categories = {int(c["id"]): str(c["name"]) for c in data.get("categories", [])}
+        content = read_instances(ann_file, image_dir)  # every record checked; a bad one is one line
+        self.categories = content.categories
         max_id = max(self.categories, default=-1)
         self.num_classes = max_id + 1 if self.categories else None
         self.class_names = [self.categories.get(i, "") for i in range(max_id + 1)] if self.categories else None
         # box labels are category ids: slot = category id (COCO's own ids when the categories are COCO's)
         self.label_space = LabelSpace.from_coco_categories(self.categories) if self.categories else None
-        per_image: dict[int, list[dict[str, Any]]] = {}
-        for ann in data["annotations"]:
-            bbox = ann.get("bbox") if isinstance(ann, dict) else None
-            if not isinstance(bbox, list) or len(bbox) != 4 or "image_id" not in ann or "category_id" not in ann:
-                raise ShiftbenchError(f"coco: annotation {str(ann)[:80]} needs image_id, category_id and a 4-number bbox")
-            area = ann.get("area")
-            if area is not None and (isinstance(area, bool) or not isinstance(area, (int, float))):
-                raise ShiftbenchError(f"coco: {ann_file.name}: annotation {ann.get('id')}: area {area!r} is not a number")
-            per_image.setdefault(int(ann["image_id"]), []).append(ann)
-        records = []
-        for img in data["images"]:
-            try:
-                image_id, height, width = int(img["id"]), int(img["height"]), int(img["width"])
-            except (KeyError, TypeError, ValueError):
-                raise ShiftbenchError(f"coco: image entry {str(img)[:80]} needs id, height and width") from None
-            file_name = img.get("file_name")
-            resolve_inside(image_dir, file_name, "image file_name")
-            records.append({"id": image_id, "file_name": file_name, "height": height, "width": width,
-                            "anns": per_image.pop(image_id, [])})
-        if per_image:  # annotations whose image is not listed would otherwise vanish
-            raise ShiftbenchError(f"coco: {ann_file.name} has annotations for image ids not in 'images': "
-                                  f"{', '.join(map(str, sorted(per_image)[:5]))}")
+        records = content.images
         self._records, self.skipped = screen(records, lambda r: [image_dir / r["file_name"]], image_dir,
                                              on_error, verify)
         self.description = f"COCO instances {ann_file.name} ({len(self.categories)} categories)"
@@ -347,9 +301,7 @@ class CocoInstances(ReaderDataset):
         data["annotations"] = [a for a in data["annotations"] if int(a["image_id"]) in names]
         target = Path(folder) / "annotations" / f"instances_{self.split}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, target)
+        write_atomic(target, json.dumps(data, ensure_ascii=False))
 
     def load(self, index: int) -> Sample:
         rec = self._records[index]
@@ -371,6 +323,7 @@ class CocoInstances(ReaderDataset):
         meta = {"path": str(path), "coco_id": rec["id"], "ann_ids": [int(a.get("id", -1)) for a in anns],
                 "iscrowd": [int(a.get("iscrowd", 0)) for a in anns], "mask_type": "instance",
                 "area": [annotation_area(a, h, w) for a in anns],
+                "bbox": [[float(v) for v in a["bbox"]] for a in anns],  # x, y, w, h as COCOeval reads them
                 "category_names": [self.categories.get(int(a["category_id"]), "") for a in anns]}
         if self.masks:
             meta["instance_masks"] = InstanceMasks([a.get("segmentation") for a in anns], h, w)

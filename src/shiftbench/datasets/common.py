@@ -10,6 +10,7 @@ is dropped without a report.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -31,12 +32,55 @@ class BadImagesError(ImageError):
 
     def __init__(self, files: Sequence[tuple[str, str]], root: Path | str):
         self.files = list(files)
-        shown = "; ".join(f"{name} ({reason})" for name, reason in self.files[:10])
+        listed = "; ".join(f"{shown(name)} ({one_line(reason)})" for name, reason in self.files[:10])
         more = f"; and {len(self.files) - 10} more" if len(self.files) > 10 else ""
         super().__init__(
-            f"{len(self.files)} unreadable image(s) under {root}: {shown}{more} "
+            f"{len(self.files)} unreadable image(s) under {shown(root)}: {listed}{more} "
             "(pass on_error='skip' to leave them out and report them)"
         )
+
+
+def shown(name: Any) -> str:
+    """``name`` (a file, member or record name from the data) as it can stand in a one-line message: as it
+    is when plain, else quoted with Python escapes (newlines, control characters, undecodable bytes,
+    leading or trailing spaces), so a hostile name can neither break the line nor hide.
+
+    >>> shown("cat/1.png"), shown("a\\nb.png"), shown(" x")
+    ('cat/1.png', "'a\\\\nb.png'", "' x'")
+    """
+    text = os.fspath(name) if isinstance(name, os.PathLike) else str(name)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return text if text and text.isprintable() and text == text.strip() else repr(text)
+
+
+def one_line(text: Any) -> str:
+    """A message part on one line: line breaks and other control characters escaped."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """JSON text as Python values; one :class:`ShiftbenchError` naming ``where`` when it is malformed, not
+    UTF-8 or nested too deeply to read (the parser's recursion limit, never a RecursionError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ShiftbenchError(f"{where}: JSON nested too deeply to read") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ShiftbenchError(f"{where}: not valid JSON ({one_line(exc)})") from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON file ``path`` (``what``: the reader, for the message); missing, unreadable or malformed
+    files are one line naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ShiftbenchError(f"{what}: {shown(path)} not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShiftbenchError(f"{what}: cannot read {shown(path)}: {one_line(exc)}") from None
+    return parse_json(text, f"{what}: {shown(path)}")
 
 
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
@@ -70,15 +114,28 @@ def resolve_inside(root: Path, name: Any, what: str = "path") -> Path:
     """
     if not isinstance(name, str) or not name:
         raise ShiftbenchError(f"{what} must be a non-empty string, got {name!r}")
+    if "\x00" in name:
+        raise ShiftbenchError(f"{what} {name!r} holds a NUL character; no file has such a name")
     posix, windows = PurePosixPath(name), PureWindowsPath(name)
     if posix.is_absolute() or windows.is_absolute() or windows.drive or name.startswith(("\\", "/")):
-        raise ShiftbenchError(f"{what} {name!r} is absolute; paths in annotation files must be relative to {root}")
+        raise ShiftbenchError(f"{what} {name!r} is absolute; paths in annotation files must be relative to "
+                              f"{shown(root)}")
     if ".." in posix.parts or ".." in windows.parts:
-        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {root} (contains '..')")
-    real_root = root.resolve()
-    target = (root / name).resolve()
+        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {shown(root)} (contains '..')")
+    return check_inside(root, name, what)
+
+
+def check_inside(root: Path, name: str, what: str = "path") -> Path:
+    """``root / name`` for a name the file system listed below ``root`` (any characters: a class folder may be
+    called ``c:`` or ``\\x`` on Linux), refusing only a symlink that leads out of ``root`` or loops."""
+    try:
+        real_root = root.resolve()
+        target = (root / name).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13), a name too long
+        raise ShiftbenchError(f"{what} {name!r} under {shown(root)} cannot be resolved ({one_line(exc)})") from None
     if target != real_root and real_root not in target.parents:
-        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {root} (a symlink leads to {target})")
+        raise ShiftbenchError(f"{what} {name!r} escapes the dataset root {shown(root)} (a symlink leads to "
+                              f"{shown(target)})")
     return root / name
 
 
@@ -137,9 +194,9 @@ def screen(items: Sequence[T], paths: Callable[[T], Sequence[Path]], root: Path,
 
 def skipped_line(bad: Sequence[tuple[str, str]], root: Path | str) -> str:
     """One line for skipped files: how many, where, and the first few with their reasons."""
-    shown = "; ".join(f"{name} ({reason})" for name, reason in list(bad)[:5])
+    listed = "; ".join(f"{shown(name)} ({one_line(reason)})" for name, reason in list(bad)[:5])
     more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
-    return f"skipped {len(bad)} unreadable image(s) under {root}: {shown}{more}"
+    return f"skipped {len(bad)} unreadable image(s) under {shown(root)}: {listed}{more}"
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import ShiftbenchError
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
-from ..sample import Sample, load_image
-from .common import IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
+from ..sample import Sample, decode_image
+from .common import (IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_inside, check_root,
+                     one_line, screen, shown)
 from .imagenet import NUM_CLASSES, class_names as imagenet_class_names, imagenet_classes, wnid_to_index
 
 WNID = re.compile(r"^n\d{8}$")
@@ -37,7 +38,10 @@ class ImageFolder(ReaderDataset):
         check_choice("classes", classes, ("auto", "imagenet", "folders"))
         self.on_error = check_choice("on_error", on_error, ON_ERROR)
         check_choice("verify", verify, VERIFY)
-        folders = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        try:
+            folders = sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        except OSError as exc:
+            raise ShiftbenchError(f"imagefolder: cannot list {shown(self.root)} ({one_line(exc)})") from None
         if not folders:
             raise ShiftbenchError(f"imagefolder: {self.root} has no class sub-folders")
         known = wnid_to_index()
@@ -45,7 +49,8 @@ class ImageFolder(ReaderDataset):
         if use_imagenet:
             unknown = [f for f in folders if f not in known]
             if unknown:
-                raise ShiftbenchError(f"imagefolder: folders that are not ImageNet-1k wnids: {', '.join(unknown[:5])}")
+                raise ShiftbenchError(f"imagefolder: folders that are not ImageNet-1k wnids: "
+                                      f"{', '.join(shown(u) for u in unknown[:5])}")
             self.num_classes = NUM_CLASSES
             self.class_names = imagenet_class_names()
             self._label = {f: known[f] for f in folders}
@@ -58,19 +63,33 @@ class ImageFolder(ReaderDataset):
             # are not ImageNet (only wnid folders are)
             self.label_space = LabelSpace.custom(folders, name=f"folders:{self.root.name}")
         self.label_source = "imagenet" if use_imagenet else "folders"
+        files = self._list_images(folders)
+        if not files:
+            raise ShiftbenchError(f"imagefolder: no images ({', '.join(IMAGE_EXTENSIONS)}) under {self.root}")
+        self._files, self.skipped = screen(files, lambda rel: [self.root / rel], self.root, on_error, verify)
+        self.description = f"image folder {self.root} ({len(folders)} classes, {self.label_source} labels)"
+
+    def _list_images(self, folders: list[str]) -> list[str]:
+        """The image files below the class folders (relative POSIX paths in sorted order), hidden ones left out;
+        a symlink that leads out of the root (or loops) is refused."""
         files: list[str] = []
         for folder in folders:
             for path in sorted((self.root / folder).rglob("*")):
                 rel = path.relative_to(self.root).as_posix()
                 if any(part.startswith(".") for part in path.relative_to(self.root).parts):
                     continue
-                if path.suffix.lower() in IMAGE_EXTENSIONS and not path.is_dir():
-                    resolve_inside(self.root, rel, "image")  # refuses symlinks out of the root
-                    files.append(rel)
-        if not files:
-            raise ShiftbenchError(f"imagefolder: no images ({', '.join(IMAGE_EXTENSIONS)}) under {self.root}")
-        self._files, self.skipped = screen(files, lambda rel: [self.root / rel], self.root, on_error, verify)
-        self.description = f"image folder {self.root} ({len(folders)} classes, {self.label_source} labels)"
+                if path.suffix.lower() in IMAGE_EXTENSIONS:
+                    check_inside(self.root, rel, "image")  # refuses symlinks out of the root, and loops
+                    if not path.is_dir():
+                        files.append(rel)
+        return files
+
+    def write_mirror_index(self, folder: Path, written: Mapping[int, str]) -> None:
+        """Every class folder of the source in the generated ``folder``, even one that received no image (a
+        class of no sample, a limit, a skipped file): the label space, and so every label, read back unchanged."""
+        if self.label_source == "folders":
+            for name in self.class_names or []:
+                (Path(folder) / name).mkdir(parents=True, exist_ok=True)
 
     @staticmethod
     def detect(path: Path) -> bool:
@@ -78,12 +97,15 @@ class ImageFolder(ReaderDataset):
         path = Path(path)
         if not path.is_dir() or (path / "JPEGImages").is_dir() or (path / "captions").is_dir():
             return False
-        if any(path.glob("*.json")) or (path / "annotations").is_dir():
+        if any(p.is_file() for p in path.glob("*.json")) or (path / "annotations").is_dir():
             return False
-        for sub in path.iterdir():
-            if sub.is_dir() and not sub.name.startswith("."):
-                if any(p.suffix.lower() in IMAGE_EXTENSIONS for p in sub.iterdir()):
-                    return True
+        try:
+            for sub in path.iterdir():
+                if sub.is_dir() and not sub.name.startswith("."):
+                    if any(p.suffix.lower() in IMAGE_EXTENSIONS for p in sub.iterdir()):
+                        return True
+        except OSError:  # a folder it may not list: not recognisably an image folder (the reader says why)
+            return False
         return False
 
     def __len__(self) -> int:
@@ -100,5 +122,6 @@ class ImageFolder(ReaderDataset):
         folder = rel.split("/", 1)[0]
         label = self._label[folder]
         name = imagenet_classes()[label].name if self.label_source == "imagenet" else folder
-        return Sample(image=load_image(self.root / rel), label=label, class_name=name, id=rel,
+        path = self.root / rel
+        return Sample(image=decode_image(path, shown(path)), label=label, class_name=name, id=rel,
                       meta={"path": str(self.root / rel), "folder": folder})

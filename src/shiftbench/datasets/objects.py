@@ -40,6 +40,7 @@ from ..errors import ShiftbenchError
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
 from ..sample import Sample, to_rgb_uint8
+from ..seeds import check_seed
 from .base import Dataset
 from .imagenet import NUM_CLASSES, class_names as imagenet_class_names
 
@@ -404,6 +405,7 @@ def render(object_id: str, background: Any = "pebble_beach", placement: Placemen
     if isinstance(placement, dict):
         placement = Placement.from_dict(placement)
     if placement is None:
+        seed = check_seed(seed)
         placement = random_placement(object_id, size, np.random.default_rng([seed, zlib.crc32(object_id.encode())]))
     elif not isinstance(placement, Placement):
         raise ShiftbenchError(f"placement must be a Placement or its dict, got {type(placement).__name__}")
@@ -479,9 +481,7 @@ class ObjectsDataset(Dataset):
     def __init__(self, seed: int = 0, size: Any = DEFAULT_SIZE, scenes_per_object: int | str = DEFAULT_SCENES_PER_OBJECT,
                  objects: Any = None, scenes: Any = None, scale_range: Sequence[float] = DEFAULT_SCALE_RANGE,
                  flip: bool = True, context: str = "natural"):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ShiftbenchError(f"seed must be a non-negative int, got {seed!r}")
-        self.seed = int(seed)
+        self.seed = check_seed(seed, "objects: seed")
         self.canvas = _canvas(size)
         self.object_list = self._select("object", objects, object_ids())
         self.scene_list = self._select("scene", scenes, scene_ids())

@@ -38,6 +38,7 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..registry import DATASETS
 from ..sample import Query, Sample
+from ..seeds import check_seed
 from . import objects
 from .base import Dataset
 
@@ -152,8 +153,9 @@ def split_objects(split: str, split_seed: int = 0) -> list[str]:
     """The objects of a split (a seeded permutation of all objects, cut 54 / 16 / 24)."""
     if split not in SPLITS:
         raise ShiftbenchError(f"objects-cir split must be one of {', '.join(SPLITS)}, got {split!r}")
+    split_seed = check_seed(split_seed, "objects-cir: split_seed")
     ids = objects.object_ids()
-    order = [ids[i] for i in np.random.default_rng([int(split_seed), 0xC12]).permutation(len(ids))]
+    order = [ids[i] for i in np.random.default_rng([split_seed, 0xC12]).permutation(len(ids))]
     start = 0
     for name, count in SPLITS.items():
         if name == split:
@@ -218,11 +220,9 @@ class ObjectsCIR(Dataset):
 
     def __init__(self, split: str = "test", seed: int = 0, size: int = DEFAULT_SIZE, repeats: int | None = None,
                  split_seed: int = 0):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ShiftbenchError(f"objects-cir: seed must be a non-negative int, got {seed!r}")
+        self.seed = check_seed(seed, "objects-cir: seed")
         self.split = split
         self.object_list = split_objects(split, split_seed)
-        self.seed = int(seed)
         self.canvas = objects._canvas(size)
         repeats = (2 if split == "train" else 1) if repeats is None else repeats
         if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 20:

@@ -36,10 +36,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ImageError, ShiftbenchError
+from ..errors import DatasetError, ImageError, ShiftbenchError
 from ..registry import DATASETS
 from ..sample import Sample
-from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside
+from .common import (ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, parse_json, read_json,
+                     resolve_inside, shown)
 from .streaming import LabelCoder, check_image_bytes, coded, decode_image_bytes, read_classes_file, report_bad
 
 IMAGE_NAMES = ("image", "img", "images", "jpg", "png", "webp", "image_bytes")
@@ -57,23 +58,35 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ShiftbenchError(f"{path}: cannot read ({exc})") from None
+def _json(path: Path) -> dict[str, Any]:
+    """A JSON file of a ``save_to_disk`` folder, which must hold an object; one line naming it otherwise."""
+    value = read_json(path, "parquet")
+    if not isinstance(value, dict):
+        raise DatasetError(f"parquet: {shown(path)} holds {type(value).__name__}, not a JSON object")
+    return value
 
 
-def _hf_features(metadata: dict[bytes, bytes] | None) -> dict[str, Any]:
-    """The Hugging Face features a Parquet / Arrow schema carries in its ``huggingface`` metadata."""
+def _hf_features(metadata: dict[bytes, bytes] | None, where: Path) -> dict[str, Any]:
+    """The Hugging Face features a Parquet / Arrow schema carries in its ``huggingface`` metadata; metadata
+    that is not JSON (or too deeply nested) is refused naming the file, as its class names would be lost."""
     raw = (metadata or {}).get(b"huggingface")
     if not raw:
         return {}
-    try:
-        features = json.loads(raw).get("info", {}).get("features", {})
-    except (ValueError, AttributeError):
-        return {}
+    value = parse_json(raw, f"parquet: {shown(where)}: schema metadata 'huggingface'")
+    info = value.get("info") if isinstance(value, dict) else None
+    features = info.get("features") if isinstance(info, dict) else None
     return features if isinstance(features, dict) else {}
+
+
+def _class_label_names(feature: Any, where: str) -> list[str] | None:
+    """The ``names`` of a ``ClassLabel`` feature (None for another feature); names that are not a list of
+    strings are refused (a string would otherwise be read as one class per character)."""
+    if not isinstance(feature, dict) or feature.get("_type") != "ClassLabel" or not feature.get("names"):
+        return None
+    names = feature["names"]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise DatasetError(f"parquet: {where}: ClassLabel names must be a list of strings, got {names!r:.60}")
+    return names
 
 
 class _Part:
@@ -134,7 +147,7 @@ class ParquetImages(ReaderDataset):
         self._parts = [_Part(path, name, kind) for path, name in files]
         self._kind = kind
         for part in self._parts:
-            features = features or _hf_features(part.schema.metadata)
+            features = features or _hf_features(part.schema.metadata, part.path)
         columns = self._parts[0].schema
         for part in self._parts[1:]:
             if part.schema.names != columns.names:
@@ -157,9 +170,9 @@ class ParquetImages(ReaderDataset):
         elif classes is not None:
             names, self._classes_source = [str(c) for c in classes], "classes="
         elif self.label_column is not None:
-            feature = features.get(self.label_column) or {}
-            if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
-                names, self._classes_source = [str(n) for n in feature["names"]], "ClassLabel"
+            names = _class_label_names(features.get(self.label_column), f"{shown(self._parts[0].path)} features "
+                                       f"of {self.label_column!r}")
+            self._classes_source = "ClassLabel" if names else None
 
         # the index: (part, row) of every usable record, its label; labels and ids are small columns
         bad: list[tuple[str, str]] = []
@@ -186,36 +199,14 @@ class ParquetImages(ReaderDataset):
             self._coder = None
             labels = [-1] * len(where)
             self.annotations = ()
-        self._ids: list[str] | None = None
-        if id_column is not None:
-            all_ids = [str(v) for part in self._parts for v in part.column(id_column)]
-            offsets = np.cumsum([0] + [p.num_rows for p in self._parts])
-            self._ids = [all_ids[offsets[k] + r] for k, r in where]
-            seen: set[str] = set()
-            dup = next((x for x in self._ids if x in seen or seen.add(x)), None)  # type: ignore[func-returns-value]
-            if dup is not None:
-                raise ShiftbenchError(f"parquet: id_column {id_column!r} repeats the id {dup!r}; ids must be unique")
+        self._ids = self._read_ids(id_column, where) if id_column is not None else None
         self._cache: tuple[tuple[int, int], Any] | None = None  # ((part, row group), image column) of the last read
         self._table: tuple[int, Any] | None = None  # (part, memory-mapped Arrow table) of the last read
         self._part = np.array([k for k, _ in where], dtype=np.int32)
         self._row = np.array([r for _, r in where], dtype=np.int64)
         self._labels = np.array(labels, dtype=np.int64)
         if verify != "none":
-            keep = []
-            for i in range(len(self._part)):
-                try:
-                    data, _ = self._read(i)
-                    reason = check_image_bytes(data, verify)
-                except ShiftbenchError as exc:  # an image path outside the folder, a missing file
-                    reason = str(exc)
-                if reason is None:
-                    keep.append(i)
-                else:
-                    bad.append((self._where(int(self._part[i]), int(self._row[i])), reason))
-            self._part, self._row, self._labels = self._part[keep], self._row[keep], self._labels[keep]
-            if self._ids is not None:
-                self._ids = [self._ids[i] for i in keep]
-            self._cache = self._table = None
+            self._verify(verify, bad)
         report_bad(bad, self.root, on_error)
         self.skipped = list(bad)
         if not len(self._part):
@@ -223,6 +214,44 @@ class ParquetImages(ReaderDataset):
         self.label_source = self._coder.source if self._coder else "none"
         self.description = (f"{kind} {self.root} ({len(self._parts)} file(s), {len(self)} rows, "
                             f"{self.label_source} labels)")
+
+    def _verify(self, verify: str, bad: list[tuple[str, str]]) -> None:
+        """Check every record's image bytes by ``verify``; a bad one leaves the index and joins ``bad``."""
+        keep = []
+        for i in range(len(self._part)):
+            try:
+                data, _ = self._read(i)
+                reason = check_image_bytes(data, verify)
+            except ShiftbenchError as exc:  # an image path outside the folder, a missing file
+                reason = str(exc)
+            if reason is None:
+                keep.append(i)
+            else:
+                bad.append((self._where(int(self._part[i]), int(self._row[i])), reason))
+        self._part, self._row, self._labels = self._part[keep], self._row[keep], self._labels[keep]
+        if self._ids is not None:
+            self._ids = [self._ids[i] for i in keep]
+        self._cache = self._table = None
+
+    def _read_ids(self, id_column: str, where: list[tuple[int, int]]) -> list[str]:
+        """The ids of the records at ``where`` ((part, row) pairs): strings or integers, unique, never null;
+        a bad one is refused naming its file and row (both rows for a repeated id)."""
+        ids: list[str] = []
+        first: dict[str, tuple[int, int]] = {}
+        values = [part.column(id_column) for part in self._parts]
+        for k, r in where:
+            value = values[k][r]
+            if value is None or isinstance(value, (bool, bytes, dict, list, float)):
+                raise DatasetError(f"parquet: {shown(self._where(k, r))}: id_column {id_column!r} holds {value!r:.40}; "
+                                   "ids are strings or integers")
+            sid = str(value)
+            if sid in first:
+                raise DatasetError(f"parquet: id_column {id_column!r} repeats the id {sid!r} ("
+                                   f"{shown(self._where(*first[sid]))} and {shown(self._where(k, r))}); ids must be "
+                                   "unique")
+            first[sid] = (k, r)
+            ids.append(sid)
+        return ids
 
     # -- layout and columns ---------------------------------------------------------------------------
     @staticmethod
@@ -234,6 +263,9 @@ class ParquetImages(ReaderDataset):
             return root.parent, [(root, root.stem)], root.suffix.lstrip("."), {}
         if (root / "dataset_dict.json").is_file():
             splits = _json(root / "dataset_dict.json").get("splits") or []
+            if not isinstance(splits, list) or not all(isinstance(x, str) for x in splits):
+                raise DatasetError(f"parquet: {shown(root / 'dataset_dict.json')}: splits must be a list of names, "
+                                   f"got {splits!r:.60}")
             if split is None and len(splits) == 1:
                 split = splits[0]
             if split not in splits:
@@ -242,7 +274,11 @@ class ParquetImages(ReaderDataset):
             root = resolve_inside(root, str(split), "split")
         if (root / "state.json").is_file():
             state = _json(root / "state.json")
-            names = [f.get("filename") for f in state.get("_data_files") or [] if isinstance(f, dict)]
+            data_files = state.get("_data_files") or []
+            if not isinstance(data_files, list):
+                raise DatasetError(f"parquet: {shown(root / 'state.json')}: _data_files must be a list, "
+                                   f"got {data_files!r:.60}")
+            names = [f.get("filename") for f in data_files if isinstance(f, dict)]
             if not names:
                 raise ShiftbenchError(f"parquet: {root / 'state.json'} lists no _data_files")
             files = [(resolve_inside(root, n, "state.json _data_files"), Path(n).stem) for n in names]
@@ -268,8 +304,8 @@ class ParquetImages(ReaderDataset):
         raw = (schema.metadata or {}).get(b"shiftbench")
         try:
             name = json.loads(raw).get("id_column") if raw else None
-        except (ValueError, AttributeError):
-            return None
+        except (ValueError, AttributeError, RecursionError):
+            return None  # not shiftbench's own metadata: no declared id column
         return name if isinstance(name, str) and name in schema.names else None
 
     @staticmethod
@@ -383,7 +419,7 @@ class ParquetImages(ReaderDataset):
                 try:
                     data = file.read_bytes()
                 except OSError as exc:
-                    raise ShiftbenchError(f"{file}: cannot read ({exc.strerror or exc})") from None
+                    raise ShiftbenchError(f"{shown(file)}: cannot read ({exc.strerror or exc})") from None
             return data, caption
         return value, caption
 
@@ -399,8 +435,8 @@ class ParquetImages(ReaderDataset):
         where = self._where(int(self._part[index]), int(self._row[index]))
         data, caption = self._read(index)
         if data is None:
-            raise ImageError(f"{where}: no image bytes")
-        image = decode_image_bytes(data, where)
+            raise ImageError(f"{shown(where)}: no image bytes")
+        image = decode_image_bytes(data, shown(where))
         meta = {"file": self._parts[int(self._part[index])].name, "row": int(self._row[index])}
         if self._coder is None:
             return Sample(image=image, caption=caption, id=self.sample_id(index), meta=meta)

@@ -13,7 +13,9 @@ Labels come as integers or strings. :class:`LabelCoder` turns them into label va
   that list, a string one of its names; when every name is an ImageNet-1k wnid the space is ImageNet-1k
   and values are ImageNet indices (as the image-folder reader does for wnid folders);
 - without: strings that are all ImageNet-1k wnids give ImageNet-1k, other strings a custom space of the
-  sorted distinct names; integers a numbered space (it maps to no model's classes without a ``label_map``).
+  sorted distinct names; integers a numbered space (it maps to no model's classes without a ``label_map``)
+  sized by the largest label. A negative label, or one of ``MAX_NUMBERED`` or more, is a bad record: a
+  space of a billion slots is a typo, not a dataset.
 
 >>> coder = LabelCoder.build(["n02391049", "n01440764"], classes=None, name="shards")
 >>> coder.space.name, coder.code("n02391049")
@@ -26,7 +28,6 @@ Labels come as integers or strings. :class:`LabelCoder` turns them into label va
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -36,10 +37,11 @@ import numpy as np
 from ..errors import ImageError, ShiftbenchError
 from ..labelspace import LabelSpace, recognize
 from ..sample import decode_image, image_error_reason
-from .common import BadImagesError, log, skipped_line
+from .common import BadImagesError, log, one_line, parse_json, shown, skipped_line
 from .imagenet import class_names as imagenet_class_names, imagenet_classes, wnid_to_index
 
 __all__ = ["decode_image_bytes", "check_image_bytes", "LabelCoder", "read_classes_file", "report_bad"]
+MAX_NUMBERED = 1 << 20  # integer labels without class names: at most this many slots
 
 
 def decode_image_bytes(data: bytes, source: str) -> np.ndarray:
@@ -79,16 +81,14 @@ def report_bad(bad: Sequence[tuple[str, str]], root: Path, on_error: str) -> Non
 
 
 def read_classes_file(path: Path) -> list[str]:
-    """Class names from ``classes.txt`` (one a line) or ``classes.json`` (a list, or {index: name})."""
+    """Class names from ``classes.txt`` (one a line, surrounding spaces dropped) or ``classes.json`` (a list,
+    or {index: name}: names exactly as written, any character allowed); a name listed twice is refused."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ShiftbenchError(f"{path}: cannot read the class names ({exc})") from None
+        raise ShiftbenchError(f"{shown(path)}: cannot read the class names ({one_line(exc)})") from None
     if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ShiftbenchError(f"{path}: not valid JSON ({exc})") from None
+        data = parse_json(text, shown(path))
         if isinstance(data, dict):
             try:
                 items = sorted((int(k), v) for k, v in data.items())
@@ -97,13 +97,18 @@ def read_classes_file(path: Path) -> list[str]:
             if [k for k, _ in items] != list(range(len(items))):
                 raise ShiftbenchError(f"{path}: keys must be the class indices 0..{len(items) - 1} without gaps")
             data = [v for _, v in items]
-        if not isinstance(data, list) or not all(isinstance(v, str) and v for v in data):
-            raise ShiftbenchError(f"{path}: expected a list of class names")
+        if not isinstance(data, list) or not all(isinstance(v, str) for v in data):
+            raise ShiftbenchError(f"{shown(path)}: expected a list of class names (strings)")
         names = data
     else:
         names = [line.strip() for line in text.splitlines() if line.strip()]
     if not names:
-        raise ShiftbenchError(f"{path}: no class names")
+        raise ShiftbenchError(f"{shown(path)}: no class names")
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in first:
+            raise ShiftbenchError(f"{shown(path)}: class {name!r} is listed twice (classes {first[name]} and {i})")
+        first[name] = i
     return names
 
 
@@ -147,9 +152,8 @@ class LabelCoder:
             if all(s in wnids for s in strings):
                 return cls(LabelSpace.imagenet1k(), "imagenet", None, {s: wnids[s] for s in strings})
             return cls(LabelSpace.custom(strings, name=name), "names", None, {s: i for i, s in enumerate(strings)})
-        if any(int(v) < 0 for v in ints):
-            raise ShiftbenchError(f"{name}: negative label {min(int(v) for v in ints)}")
-        size = max((int(v) for v in ints), default=-1) + 1
+        # out-of-range integers are left to code(), which names their records
+        size = max((int(v) for v in ints if 0 <= int(v) < MAX_NUMBERED), default=-1) + 1
         return cls(LabelSpace.numbered(name, size), "numbered", tuple(range(size)), {})
 
     def code(self, value: Any) -> int:
@@ -158,6 +162,9 @@ class LabelCoder:
             v = int(value)
             if self._by_int is None:
                 raise ValueError(f"label {v} is a number, the other labels are class names")
+            if self.source == "numbered" and not 0 <= v < MAX_NUMBERED:
+                raise ValueError(f"label {v} is {'negative' if v < 0 else 'too large'}: integer labels without "
+                                 f"class names are 0..{MAX_NUMBERED - 1} (give the class names, classes=)")
             if not 0 <= v < len(self._by_int):
                 raise ValueError(f"label {v} outside the {len(self._by_int)} classes (0..{len(self._by_int) - 1})")
             return self._by_int[v]

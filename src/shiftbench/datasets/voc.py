@@ -8,17 +8,38 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import ImageError, ShiftbenchError
+from ..errors import DatasetError, ImageError, ShiftbenchError
+from ..files import write_atomic
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
-from ..sample import Sample, load_image
-from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, resolve_inside, screen
+from ..sample import Sample, decode_image
+from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, one_line, resolve_inside, screen, shown
 
 VOC_CLASSES = [
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor",
 ]
 VOID = 255
+VALUES = np.array(list(range(len(VOC_CLASSES))) + [VOID], dtype=np.uint8)  # what a class map may hold
+
+
+def read_id_list(path: Path) -> list[str]:
+    """The image ids of a split file (the first word of each line); an unreadable file or an id listed
+    twice is one line naming the file (and both lines)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"voc: cannot read {shown(path)} ({one_line(exc)})") from None
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        image_id = line.split()[0]
+        if image_id in seen:
+            raise DatasetError(f"voc: {shown(path)}: line {number} lists {shown(image_id)} again "
+                               f"(first on line {seen[image_id]}); ids must be unique")
+        seen[image_id] = number
+    return list(seen)
 
 
 def voc_colormap(n: int = 256) -> np.ndarray:
@@ -45,9 +66,9 @@ def read_label_png(path: Path) -> np.ndarray:
                 return np.asarray(img, dtype=np.uint8).copy()
             rgb = np.asarray(img.convert("RGB"), dtype=np.uint8)
     except FileNotFoundError:
-        raise ImageError(f"{path}: label file not found") from None
+        raise ImageError(f"{shown(path)}: label file not found") from None
     except Exception as exc:  # noqa: BLE001 - any decoder error is one line naming the file
-        raise ImageError(f"{path}: label image: {image_error_reason(exc)}") from None
+        raise ImageError(f"{shown(path)}: label image: {image_error_reason(exc)}") from None
     cmap = voc_colormap().astype(np.int64)
     codes = (cmap[:, 0] << 16) | (cmap[:, 1] << 8) | cmap[:, 2]
     lookup = dict(zip(codes.tolist(), range(256)))
@@ -55,7 +76,7 @@ def read_label_png(path: Path) -> np.ndarray:
     unique, inverse = np.unique(pixel_codes, return_inverse=True)
     unknown = [u for u in unique.tolist() if u not in lookup]
     if unknown:
-        raise ImageError(f"{path}: RGB label image has colours outside the VOC palette (e.g. #{unknown[0]:06x})")
+        raise ImageError(f"{shown(path)}: RGB label image has colours outside the VOC palette (e.g. #{unknown[0]:06x})")
     return np.array([lookup[u] for u in unique.tolist()], dtype=np.uint8)[inverse.reshape(rgb.shape[:2])]
 
 
@@ -96,7 +117,7 @@ class VocSegmentation(ReaderDataset):
         check_choice("verify", verify, VERIFY)
         list_file = root / "ImageSets" / "Segmentation" / f"{split}.txt"
         if list_file.is_file():
-            ids = [line.split()[0] for line in list_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+            ids = read_id_list(list_file)
         elif (root / "ImageSets" / "Segmentation").is_dir():
             raise ShiftbenchError(f"voc: no split {split!r} ({list_file} not found)")
         else:
@@ -114,8 +135,8 @@ class VocSegmentation(ReaderDataset):
                 resolve_inside(root, f"{folder}/{image_id}{ext}", "image id")
             jpg, png = f"{image_id}.jpg" in present, f"{image_id}.png" in present
             if jpg and png:
-                raise ShiftbenchError(f"voc: {root / 'JPEGImages'} holds both {image_id}.jpg and {image_id}.png; "
-                                      "keep one")
+                raise ShiftbenchError(f"voc: {shown(root / 'JPEGImages')} holds both {shown(image_id + '.jpg')} and "
+                                      f"{shown(image_id + '.png')}; keep one")
             # a missing image stays .jpg, the name VOC's own layout has, for the screen's message
             self._image_ext[image_id] = ".png" if png else ".jpg"
 
@@ -170,23 +191,27 @@ class VocSegmentation(ReaderDataset):
             return
         target = folder / "ImageSets" / "Segmentation" / f"{self.split}.txt"
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        tmp.write_text("".join(f"{self._ids[i]}\n" for i in sorted(written)), encoding="utf-8")
-        os.replace(tmp, target)
+        write_atomic(target, "".join(f"{self._ids[i]}\n" for i in sorted(written)))
 
     def load(self, index: int) -> Sample:
         image_id = self._ids[index]
         path = self._image_path(image_id)
-        image = load_image(path)
-        classes = read_label_png(self.root / "SegmentationClass" / f"{image_id}.png")
+        image = decode_image(path, shown(path))
+        class_file = self.root / "SegmentationClass" / f"{image_id}.png"
+        classes = read_label_png(class_file)
         if classes.shape != image.shape[:2]:
-            raise ImageError(f"{image_id}: label map {classes.shape} differs from image {image.shape[:2]}")
+            raise ImageError(f"{shown(class_file)}: label map {classes.shape} differs from image {image.shape[:2]}")
+        outside = np.setdiff1d(np.unique(classes), VALUES)
+        if outside.size:
+            raise ImageError(f"{shown(class_file)}: label map holds value {int(outside[0])}, not a VOC class "
+                             f"(0..{len(VOC_CLASSES) - 1}) nor void ({VOID})")
         meta: dict[str, Any] = {"path": str(path), "mask_type": "semantic", "void": VOID}
         boxes = labels = None
         if self.has_objects:
-            objects = read_label_png(self.root / "SegmentationObject" / f"{image_id}.png")
+            object_file = self.root / "SegmentationObject" / f"{image_id}.png"
+            objects = read_label_png(object_file)
             if objects.shape != classes.shape:
-                raise ImageError(f"{image_id}: object map {objects.shape} differs from image {classes.shape}")
+                raise ImageError(f"{shown(object_file)}: object map {objects.shape} differs from image {classes.shape}")
             meta["instance_mask"] = objects
             box_list, label_list = [], []
             for k in np.unique(objects):

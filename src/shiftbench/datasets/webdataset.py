@@ -15,14 +15,18 @@ WebDataset convention). A record is the members of one key:
 
 - the image: exactly one of ``jpg jpeg png webp bmp gif tif tiff ppm pgm``;
 - the label: ``<key>.cls`` (an integer, or a class name, as text) or ``<key>.json`` (its ``label``,
-  ``cls``, ``class``, ``class_name`` or ``wnid`` field, or a bare integer / string);
+  ``cls``, ``class``, ``class_name`` or ``wnid`` field, or a bare integer / string; a ``class_name`` or
+  ``wnid`` string is a name exactly as written, never read as a number);
 - optional caption: ``<key>.txt`` (or the json's ``caption``). Other members are ignored.
 
 Class names come from ``classes=`` (a list, or a file), else ``classes.txt`` / ``classes.json`` beside the
 shards; see :mod:`shiftbench.datasets.streaming` for how labels become a label space. Ids are
 ``<shard path without .tar>/<key>`` (``shard-000000/0001``). Member names that are absolute or contain
 ``..`` are refused (shiftbench never extracts, but such a shard is not trustworthy); compressed shards
-(``.tar.gz``) are refused with a hint, since they cannot be read by offset.
+(``.tar.gz``) are refused with a hint, since they cannot be read by offset. A record with a member that is
+not a regular file (a symbolic or hard link, a device, a sparse file) or a label member that cannot be
+read (malformed or too deeply nested JSON, a label that is a float, NaN, a list ...) is a bad record
+named ``<shard>.tar:<key>`` with the member and the reason.
 
 >>> # root/shard-000000.tar: 0001.png 0001.cls ... -> Sample(label=340, class_name="zebra", id="shard-000000/0001")
 """
@@ -39,13 +43,38 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..registry import DATASETS
 from ..sample import Sample
-from .common import IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root
+from .common import IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, parse_json, shown
 from .streaming import LabelCoder, check_image_bytes, coded, decode_image_bytes, read_classes_file, report_bad
 
 IMAGE_EXTS = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
 LABEL_FIELDS = ("label", "cls", "class", "class_name", "wnid")
+NAME_FIELDS = ("class_name", "wnid")  # their strings are names as written (never read as numbers)
 CLASS_FILES = ("classes.txt", "classes.json")
 _JSON_LIMIT = 1 << 20  # a label record larger than this is not a label record
+
+
+def _check_end(path: Path, offset: int) -> None:
+    """Refuse a shard whose member headers stop before its end: :mod:`tarfile` ends its listing quietly at
+    a truncated or damaged header, which would drop every later record without a word. After the last
+    member only the end-of-archive zero blocks (and zero padding) may follow."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(1 << 16):
+            if chunk.strip(b"\0"):
+                raise ShiftbenchError(f"webdataset: {shown(path)} is not a readable tar file (bytes at offset "
+                                      f"{offset} are no member header: a truncated or damaged shard)")
+
+
+def _kind(member: tarfile.TarInfo) -> str:
+    """What a non-regular tar member is, in words (for the message that refuses its record)."""
+    if member.issym():
+        return f"a symbolic link (to {member.linkname!r:.60})"
+    if member.islnk():
+        return f"a hard link (to {member.linkname!r:.60})"
+    if member.issparse():
+        return "a sparse file"
+    return {tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device",
+            tarfile.FIFOTYPE: "a FIFO"}.get(member.type, f"of tar type {member.type!r}")
 
 
 def _split_member(name: str) -> tuple[str, str]:
@@ -60,9 +89,9 @@ def _check_member(shard: str, name: str) -> None:
         return  # the common case, decided without building path objects (a shard has 1000s of members)
     posix, windows = PurePosixPath(name), PureWindowsPath(name)
     if posix.is_absolute() or windows.is_absolute() or windows.drive or name.startswith(("/", "\\")):
-        raise ShiftbenchError(f"webdataset: {shard}: member {name!r} has an absolute name; refusing the shard")
+        raise ShiftbenchError(f"webdataset: {shown(shard)}: member {name!r} has an absolute name; refusing the shard")
     if ".." in posix.parts or ".." in windows.parts:
-        raise ShiftbenchError(f"webdataset: {shard}: member {name!r} escapes the shard (contains '..'); "
+        raise ShiftbenchError(f"webdataset: {shown(shard)}: member {name!r} escapes the shard (contains '..'); "
                               "refusing the shard")
 
 
@@ -76,23 +105,33 @@ def _label_value(text: str) -> Any:
 
 
 def _json_label(data: Any) -> tuple[Any, str | None]:
-    """(label, caption) of a json member: a bare value, or the first label field of an object."""
-    if isinstance(data, bool):
-        return None, None
-    if isinstance(data, (int, str)):
-        return (_label_value(data) if isinstance(data, str) else data), None
+    """(label, caption) of a json member: a bare value, or the first label field of an object.
+
+    ValueError (the reason) for a label that is neither an integer nor a name: a float (NaN and infinities
+    too), true / false, a list or an object in a label field, or a bare float or boolean; JSON ``null``, a
+    blank string and a bare list (metadata, not a label) are no label.
+    """
     if isinstance(data, dict):
         caption = data.get("caption") if isinstance(data.get("caption"), str) else None
         for field in LABEL_FIELDS:
             value = data.get(field)
-            if isinstance(value, bool):
+            if value is None or (isinstance(value, str) and not value.strip()):
                 continue
-            if isinstance(value, int):
+            if isinstance(value, str) and field in NAME_FIELDS:
                 return value, caption
-            if isinstance(value, str) and value.strip():
-                return _label_value(value), caption
+            return _json_value(value, f"field {field!r}"), caption
         return None, caption
-    return None, None
+    if data is None or isinstance(data, list) or (isinstance(data, str) and not data.strip()):
+        return None, None
+    return _json_value(data, "value"), None
+
+
+def _json_value(value: Any, what: str) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return _label_value(value)
+    raise ValueError(f"label {what} is {json.dumps(value, allow_nan=True)[:40]}, neither an integer nor a class name")
 
 
 @DATASETS.register("webdataset", description="WebDataset tar shards (<key>.jpg + <key>.cls/.json [+ .txt]), "
@@ -191,26 +230,33 @@ class WebDatasetShards(ReaderDataset):
         with open(path, "rb") as fh:
             magic = fh.read(2)
         if magic == b"\x1f\x8b":
-            raise ShiftbenchError(f"webdataset: {path} is gzip-compressed; decompress the shards (gunzip), "
+            raise ShiftbenchError(f"webdataset: {shown(path)} is gzip-compressed; decompress the shards (gunzip), "
                                   "a compressed tar cannot be read by offset")
         groups: dict[str, dict[str, tarfile.TarInfo]] = {}
+        broken: set[str] = set()  # keys with a member that is not a regular file: bad records already
         try:
             with tarfile.open(path, mode="r:") as tar:
                 for member in tar:
                     _check_member(f"{name}.tar", member.name)
-                    if not member.isfile():
-                        continue
                     base = member.name.rpartition("/")[2]
-                    if base.startswith("."):
+                    if member.isdir() or base.startswith("."):
                         continue  # macOS resource forks (._x) and other hidden files are not records
                     key, ext = _split_member(member.name)
+                    if not member.isfile() or member.issparse():
+                        bad.append((f"{name}.tar:{key}", f"member {shown(member.name)} is {_kind(member)}, "
+                                    "not a regular file; refusing its record"))
+                        broken.add(key)  # the record is bad, whatever else it holds
+                        continue
                     group = groups.setdefault(key, {})
                     if ext in group:
-                        bad.append((f"{name}.tar:{key}", f"member {member.name} appears twice"))
+                        bad.append((f"{name}.tar:{key}", f"member {shown(member.name)} appears twice"))
                     group[ext] = member
+                _check_end(path, tar.offset)
                 # the small label members are read now (the label space needs every label)
                 records = []
                 for key, group in groups.items():
+                    if key in broken:
+                        continue
                     images = [e for e in group if e in IMAGE_EXTS]
                     if len(images) != 1:
                         why = "no image member" if not images else f"several images ({', '.join(sorted(images))})"
@@ -218,30 +264,50 @@ class WebDatasetShards(ReaderDataset):
                             bad.append((f"{name}.tar:{key}", why))
                         continue  # a key of other members only (.seg.png, .depth ...) is not a record
                     image = group[images[0]]
-                    label, caption = None, None
                     try:
-                        if "cls" in group:
-                            label = _label_value(self._member_text(tar, group["cls"]))
-                        if "json" in group:
-                            j_label, caption = _json_label(json.loads(self._member_text(tar, group["json"])))
-                            label = label if label is not None else j_label
-                    except (ValueError, UnicodeDecodeError) as exc:
-                        bad.append((f"{name}.tar:{key}", f"unreadable label member ({exc})"))
+                        label, caption = self._read_label(tar, group)
+                    except (ShiftbenchError, ValueError, UnicodeDecodeError) as exc:
+                        bad.append((f"{name}.tar:{key}", str(exc)))
                         continue
                     text = group.get("txt")
+                    if text is not None and text.size > _JSON_LIMIT:
+                        bad.append((f"{name}.tar:{key}", f"caption member {shown(text.name)} is {text.size} bytes, "
+                                    f"more than {_JSON_LIMIT} for a caption"))
+                        continue
                     records.append((s, key, image.offset_data, image.size,
                                     text.offset_data if text else -1, text.size if text else 0, label, caption))
         except tarfile.TarError as exc:
-            raise ShiftbenchError(f"webdataset: {path} is not a readable tar file ({exc})") from None
+            raise ShiftbenchError(f"webdataset: {shown(path)} is not a readable tar file ({exc})") from None
         return records
+
+    @classmethod
+    def _read_label(cls, tar: tarfile.TarFile, group: dict[str, tarfile.TarInfo]) -> tuple[Any, str | None]:
+        """(label, caption) of a record's ``.cls`` / ``.json`` members; an unreadable one raises the reason
+        naming the member (ValueError or ShiftbenchError)."""
+        label, caption = None, None
+        if "cls" in group:
+            label = _label_value(cls._member_text(tar, group["cls"]))
+        if "json" in group:
+            member = group["json"]
+            data = parse_json(cls._member_text(tar, member), f"unreadable label member {shown(member.name)}")
+            try:
+                j_label, caption = _json_label(data)
+            except ValueError as exc:
+                raise ValueError(f"label member {shown(member.name)}: {exc}") from None
+            label = label if label is not None else j_label
+        return label, caption
 
     @staticmethod
     def _member_text(tar: tarfile.TarFile, member: tarfile.TarInfo) -> str:
         if member.size > _JSON_LIMIT:
-            raise ValueError(f"{member.name} is {member.size} bytes")
+            raise ValueError(f"unreadable label member {shown(member.name)} ({member.size} bytes, more than "
+                             f"{_JSON_LIMIT} for a label)")
         handle = tar.extractfile(member)
         assert handle is not None  # a regular file member
-        return handle.read().decode("utf-8")
+        try:
+            return handle.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"unreadable label member {shown(member.name)} (not UTF-8: {exc.reason})") from None
 
     def _verify(self, records: list[tuple], labels: list, verify: str, bad: list[tuple[str, str]]):
         kept_r, kept_l = [], []
@@ -289,7 +355,7 @@ class WebDatasetShards(ReaderDataset):
             if t_off >= 0:
                 fh.seek(t_off)
                 caption = fh.read(t_size).decode("utf-8", errors="replace").strip()
-        image = decode_image_bytes(data, where)
+        image = decode_image_bytes(data, shown(where))
         label = int(self._labels[index])
         meta = {"shard": self._shard_names[s], "key": self._keys[index]}
         if self._coder is None:

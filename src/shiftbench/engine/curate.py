@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..files import write_atomic
 from ..registry import MODELS
 
 
@@ -83,9 +84,7 @@ def curate(
         header = (f"# shiftbench curate: dataset {dataset}, models {', '.join(models)}, "
                   f"kept {len(kept)} of {len(data)}"
                   + (f", min mask fraction {min_mask_fraction}" if min_mask_fraction is not None else "") + "\n")
-        tmp = out.with_name(out.name + ".part")
-        tmp.write_text(header + "".join(f"{i}\n" for i in kept), encoding="utf-8")
-        tmp.replace(out)
+        write_atomic(out, header + "".join(f"{i}\n" for i in kept))
     return summary
 
 

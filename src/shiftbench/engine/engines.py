@@ -18,6 +18,7 @@ chosen, so ``import shiftbench`` and the local engine never load it.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import socket
 from collections import deque
@@ -61,7 +62,12 @@ class Engine:
 
 
 class LocalEngine(Engine):
-    """This process (``workers=1``) or a pool of ``workers`` processes on this machine; needs nothing extra."""
+    """This process (``workers=1``) or a pool of ``workers`` processes on this machine; needs nothing extra.
+
+    The pool's processes are fresh interpreters (``spawn``), never forks of this one: a fork of a process
+    that runs threads (torch's, Ray's, a web server's) inherits their locks held and can hang forever.
+    Units name the modules that register the user's classes, and a worker imports them first.
+    """
 
     name = "local"
 
@@ -74,7 +80,7 @@ class LocalEngine(Engine):
                 yield unit, fn(unit)
             return
         # a bounded window of submitted units: a huge plan is never all queued at once
-        with ProcessPoolExecutor(max_workers=self.workers) as pool:
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             yield from _windowed(units, 2 * self.workers, lambda u: pool.submit(fn, u), _wait_futures,
                                  lambda f: f.result())
 
@@ -143,14 +149,16 @@ class RayEngine(Engine):
                 # ERROR, not WARNING: Ray warns about its token setup on every start, which is not the user's business
                 options: dict[str, Any] = dict(log_to_driver=self.verbose, configure_logging=True,
                                                logging_level=logging.INFO if self.verbose else logging.ERROR)
-                if address:
-                    options["address"] = address
+                if address:  # token authentication matched to the cluster's; a refusal named in one line
+                    from .cluster import join
+
+                    join(ray, address, options, quiet=not self.verbose)
                 else:
                     options.update(num_cpus=int(workers) if workers else os.cpu_count(), include_dashboard=False)
-                try:
-                    ray.init(**options)
-                except (ConnectionError, RuntimeError, TimeoutError) as exc:
-                    raise ShiftbenchError(f"--address {address}: could not join a Ray cluster ({_first_line(exc)})") from None
+                    try:
+                        ray.init(**options)
+                    except (ConnectionError, RuntimeError, TimeoutError) as exc:
+                        raise ShiftbenchError(f"could not start a local Ray cluster ({_first_line(exc)})") from None
             self.started = True
         resources = ray.cluster_resources()
         self.cpus = max(1, int(resources.get("CPU", 1)))
@@ -226,6 +234,10 @@ class RayEngine(Engine):
             if cause is not None:
                 raise ShiftbenchError(f"a Ray worker failed: {type(cause).__name__}: {_first_line(cause)}") from None
             raise ShiftbenchError(f"a Ray worker failed: {_first_line(exc)}") from None
+        except (self.ray.exceptions.ActorDiedError, self.ray.exceptions.WorkerCrashedError,
+                self.ray.exceptions.NodeDiedError) as exc:  # a worker process or node lost, not a task's error
+            raise ShiftbenchError(f"a Ray worker died ({type(exc).__name__}: {_first_line(exc)}); finished work is "
+                                  "kept: run the same command again to resume") from None
 
     def close(self) -> None:
         for actor in self._actors:

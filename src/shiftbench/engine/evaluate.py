@@ -34,6 +34,7 @@ from ..errors import ShiftbenchError, SpecError
 from ..metrics.base import OrderedMerge
 from ..registry import METRICS, MODELS, SHIFTS
 from ..sample import Sample
+from ..seeds import check_seed
 from ..spec import Spec, load_spec
 from .pixels import DeviceBatch, tensor_path
 from .store import ConditionKey, Store
@@ -66,14 +67,16 @@ class Condition:
     params: dict[str, Any]
     severity: int
     shift: Any
+    index: int | None = None  # the entry of the spec's shifts list it comes from (for messages)
 
 
 @dataclass
 class Plan:
     """A run set up and checked, nothing run: the dataset opened, every model loaded, the metrics
     checked against each model's task, every shift created with its conditioning (mask providers,
-    captioners, pipelines) loaded. ``prepare`` builds it for the real run and for ``--dry-run`` alike,
-    so a dry run that passes means the run can start."""
+    captioners, pipelines) loaded, and every condition's params drawn on the first batch (what a shift asks
+    of a sample: a mask, contexts, a caption, a size). ``prepare`` builds it for the real run and for
+    ``--dry-run`` alike, so a dry run that passes means the first batch of every condition can run."""
 
     spec: Spec
     dataset: Any
@@ -217,10 +220,16 @@ class _Runner:
                                verify=self.verify)
         dataset = load(self.spec.dataset, **kwargs)
         self.skipped = list(getattr(dataset, "skipped", []))
+        where = f"dataset {self.spec.dataset!r}"
+        # two samples with one id would share a random stream and their per-sample records: refused before
+        # any work, over the whole dataset where ids are cheap (or an id list needs them all anyway)
+        index = _unique_ids(dataset, where) if self.spec.ids or _ids_are_cheap(dataset) else None
         if self.spec.ids:
-            dataset = _select_ids(dataset, Path(self.spec.ids))
+            dataset = _select_ids(dataset, Path(self.spec.ids), index)
         if self.spec.limit is not None and self.spec.limit < len(dataset):
             dataset = Subset(dataset, list(range(self.spec.limit)))
+        if index is None:  # ids that cost a decode each: only the samples the run reads
+            _unique_ids(dataset, where)
         if len(dataset) == 0:
             raise ShiftbenchError(f"dataset {self.spec.dataset!r} has no samples")
         return dataset
@@ -247,6 +256,10 @@ class _Runner:
             plan = plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}")
             self.plans[m.label] = plan
             models[m.label] = plan.model
+        if self.spec.label_map and not any(plan.uses_map for plan in self.plans.values()):
+            where = f"{self.spec.source}: label_map" if self.spec.source else "label_map"
+            raise SpecError(f"{where}: no model of this spec maps dataset classes to its own (zero-shot models take "
+                            "the dataset's classes; captioners and class-agnostic segmenters have none); remove it")
         return models
 
     def _metric(self, name: str, model_label: str) -> Any:
@@ -274,8 +287,10 @@ class _Runner:
         return per_model
 
     def prepare(self) -> Plan:
-        """Everything before the first model call: dataset, models, metrics, shifts and conditioning."""
+        """Everything before the first model call: dataset (ids unique), models, metrics, shifts and
+        conditioning, and the first batch checked against every condition (``_check_first_batch``)."""
         spec = self.spec
+        check_seed(spec.seed)  # a Spec object edited after load_spec: refused before any setup (seeds.py)
         from .retrieval import is_retrieval_spec, setup_retrieval
 
         if is_retrieval_spec(spec):
@@ -291,14 +306,49 @@ class _Runner:
         for s in spec.shifts:
             shift = SHIFTS.create(s.name, **s.params)
             for severity in s.severities:
-                conditions.append(Condition(s.name, dict(s.params), severity, shift))
+                conditions.append(Condition(s.name, dict(s.params), severity, shift, s.index))
+        first = [dataset.load(i) for i in range(min(spec.batch_size, len(dataset)))]
+        checked = self.given_dataset is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
+        if checked:  # a sample without what a shift needs (a mask, contexts, a caption) is said before any loading
+            self._check_first_batch(conditions, first, "check_sample")
         # load each shift's conditioning (u2netp, SAM, a captioner, a diffusion pipeline) now, so that
         # a missing file fails here, in a dry run too, and not after minutes of work
-        first = dataset.load(0)
         for shift in {id(c.shift): c.shift for c in conditions}.values():
-            shift.load_conditioning(first)
+            shift.load_conditioning(first[0])
+        if checked:
+            self._check_first_batch(conditions, first, "draw")
         self._all_models = list(models.values())
         return Plan(spec, dataset, models, metrics, conditions)
+
+    def _check_first_batch(self, conditions: list[Condition], first: list[Sample], step: str) -> None:
+        """What the run's first batch of every condition asks of its samples, asked now (the dry run's promise:
+        it passes only if every first batch can run). ``check_sample``: each shift's requirements (a mask,
+        the object's contexts, a caption); ``draw``: every sample's params as the run draws them, which
+        also checks sizes, the masks a provider finds and whatever else a shift refuses before painting.
+        Stops in one line naming the spec's shift entry, the sample and the shift's reason (with on_error:
+        skip the run leaves such samples out, so this is not called)."""
+        from .generate import error_reason
+
+        seed = self.spec.seed
+        shifted = [c for c in conditions if c.shift_name != "clean"]
+        for sample in first:  # sample by sample: a mask provider's cache then serves every condition of a sample
+            for cond in shifted:
+                try:
+                    if step == "draw":
+                        cond.shift.draw(sample, cond.severity, seed)
+                    else:
+                        cond.shift.check_sample(sample)
+                except ShiftbenchError as exc:
+                    raise ShiftbenchError(self._cannot_run(cond, sample, str(exc))) from None
+                except Exception as exc:  # noqa: BLE001 - a shift's own failure, said as the run would say it
+                    raise ShiftbenchError(self._cannot_run(cond, sample, error_reason(exc))) from None
+
+    def _cannot_run(self, cond: Condition, sample: Sample, reason: str) -> str:
+        entry = f"shifts[{cond.index}]" if cond.index is not None else "shifts"
+        where = f"{self.spec.source}: {entry}" if self.spec.source else entry
+        params = f" {json.dumps(cond.params, sort_keys=True)}" if cond.params else ""
+        return (f"{where}: shift {cond.shift_name!r}{params} (severity {cond.severity}) cannot run on sample "
+                f"{str(sample.id)!r}: {' '.join(reason.split())}")
 
     def _curate(self, dataset, models: dict[str, Any]):
         """The spec's ``curate:`` section: keep the samples every named classifier gets right on clean
@@ -919,13 +969,57 @@ def _params_key(params: dict[str, Any]) -> str:
     return canonical_json(params or {})
 
 
-def _select_ids(dataset, path: Path):
+def _ids_are_cheap(dataset: Any) -> bool:
+    """Whether the dataset (below any Subset) names its samples without decoding them."""
+    from ..datasets import Subset
+    from ..datasets.base import Dataset
+
+    while isinstance(dataset, Subset):
+        dataset = dataset.base
+    return getattr(type(dataset), "sample_id", None) is not Dataset.sample_id
+
+
+def _unique_ids(dataset: Any, where: str) -> dict[str, int]:
+    """Every sample's position by id; ShiftbenchError naming the first id two samples share."""
+    index: dict[str, int] = {}
+    for i in range(len(dataset)):
+        sid = str(dataset.sample_id(i))
+        first = index.setdefault(sid, i)
+        if first != i:
+            paths = [getattr(dataset, "source_path", lambda k: None)(k) for k in (first, i)]
+            note = f" ({paths[0]} and {paths[1]})" if all(paths) else ""
+            raise ShiftbenchError(f"{where}: samples {first} and {i}{note} have the same id {sid!r}; ids must be "
+                                  "unique (each names a sample's records and random stream)")
+    return index
+
+
+def _read_id_list(path: Path) -> list[str]:
+    """The ids of an id list in file order (blank lines and '#' lines skipped); an id listed twice is refused
+    with both line numbers (it would be scored, and counted in n, twice)."""
+    if not path.is_file():
+        raise ShiftbenchError(f"{path}: id list not found")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShiftbenchError(f"{path}: cannot read the id list ({type(exc).__name__})") from None
+    seen: dict[str, int] = {}
+    for n, line in enumerate(lines, start=1):
+        sid = line.strip()
+        if not sid or line.startswith("#"):
+            continue
+        if sid in seen:
+            raise ShiftbenchError(f"{path}:{n}: id {sid!r} is listed twice (lines {seen[sid]} and {n}); list each "
+                                  "sample once")
+        seen[sid] = n
+    return list(seen)
+
+
+def _select_ids(dataset, path: Path, index: dict[str, int] | None = None):
     from ..datasets import Subset
 
-    if not path.exists():
-        raise ShiftbenchError(f"{path}: id list not found")
-    wanted = [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    index = {dataset.sample_id(i): i for i in range(len(dataset))}
+    wanted = _read_id_list(path)
+    if index is None:
+        index = _unique_ids(dataset, "dataset")
     missing = [w for w in wanted if w not in index]
     if missing:
         raise ShiftbenchError(f"{path}: {len(missing)} ids are not in the dataset (first: {missing[:3]})")

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -40,7 +41,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, write_atomic
 from ..registry import SHIFTS
+from ..seeds import check_seed
 
 MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
@@ -134,7 +137,8 @@ def output_relpath(dataset: Any, index: int, suffix: str) -> str:
     else:
         source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
     if source:
-        parts = [p for p in str(source).replace("\\", "/").split("/") if p not in ("", ".", "..")]
+        # POSIX: a backslash belongs to the file name (a file `\x.png` on Linux), never a separator to rewrite
+        parts = [p for p in str(source).split("/") if p not in ("", ".", "..")]
     else:
         parts = [re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in str(dataset.sample_id(index)).split("/")]
         parts = [p for p in parts if p.strip(".")]
@@ -155,9 +159,11 @@ def check_collisions(dataset: Any, suffix: str) -> list[str]:
             j = taken[key]
             a = dataset.source_path(j) if hasattr(dataset, "source_path") else None
             b = dataset.source_path(i) if hasattr(dataset, "source_path") else None
+            from ..datasets.common import shown  # names from the data, on one line
+
             raise ShiftbenchError(
-                f"generate: {a or dataset.sample_id(j)} and {b or dataset.sample_id(i)} would both be written "
-                f"to {rel}; rename one of them (outputs are never overwritten)")
+                f"generate: {shown(a or dataset.sample_id(j))} and {shown(b or dataset.sample_id(i))} would both be "
+                f"written to {shown(rel)}; rename one of them (outputs are never overwritten)")
         taken[key] = i
         rels.append(rel)
     return rels
@@ -166,13 +172,12 @@ def check_collisions(dataset: Any, suffix: str) -> list[str]:
 def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
     from PIL import Image
 
-    tmp = path.with_name(path.name + ".part")
     img = Image.fromarray(image)
-    if fmt == "png":
-        img.save(tmp, format="PNG", compress_level=6)
-    else:
-        img.save(tmp, format="JPEG", quality=quality, subsampling=0)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:  # a temporary name of shiftbench's own, removed if the write fails
+        if fmt == "png":
+            img.save(tmp, format="PNG", compress_level=6)
+        else:
+            img.save(tmp, format="JPEG", quality=quality, subsampling=0)
 
 
 def _encoded(image: np.ndarray, fmt: str, quality: int) -> bytes:
@@ -192,9 +197,7 @@ def _encoded(image: np.ndarray, fmt: str, quality: int) -> bytes:
 def _copy(source: Path, target: Path) -> None:
     """Copy a file's bytes through a temporary file, so a kill never leaves half a file."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".part")
-    tmp.write_bytes(Path(source).read_bytes())
-    os.replace(tmp, target)
+    write_atomic(target, Path(source).read_bytes())
 
 
 def check_annotations_kept(dataset: Any, shifts: Sequence[str], source: str) -> None:
@@ -352,7 +355,100 @@ def _read_journal(path: Path) -> list[dict[str, Any]]:
     if keep != len(data):
         with open(path, "r+b") as fh:
             fh.truncate(keep)
-    return [json.loads(line) for line in data[:keep].decode("utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(data[:keep].decode("utf-8", errors="replace").splitlines(), 1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except ValueError:
+            record = ""
+        if record is None:
+            continue
+        if not isinstance(record, dict):
+            raise ShiftbenchError(f"{path}: line {number} is not a manifest record; the folder's outputs cannot be "
+                                  f"resumed: use another --out")
+        records.append(record)
+    return records
+
+
+def data_paths(dataset: Any) -> list[Path]:
+    """The files and folders a dataset reads (its root, a COCO annotation file): no output may go there."""
+    paths = []
+    for reader in dict.fromkeys((dataset, base_of(dataset)), None):
+        for attr in ("root", "annotation_file"):
+            value = getattr(reader, attr, None)
+            if isinstance(value, (str, os.PathLike)) and str(value):
+                paths.append(Path(value))
+    return paths
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """What a run made of its out folder before any output: undone by :func:`_release` if it writes none."""
+    out: Path
+    made_out: bool  # the out folder did not exist
+    fresh: bool  # the settings file is this run's: no earlier run wrote here
+    folders: tuple[Path, ...]  # OUT/<shift> folders, none of which existed
+
+
+def _claim_out(out: Path, config: dict[str, Any], folders: Sequence[str]) -> _Claim:
+    """Make ``out`` this run's: the settings file of an earlier run must equal ``config`` (it resumes); a folder
+    without one must not hold any name generate writes (the manifest, the journal, a shift's folder), so no
+    file of the user's is ever replaced. Refusals come before anything is written."""
+    made = make_folder(out, "generate")
+    config_path = out / CONFIG
+    if config_path.exists() or config_path.is_symlink():
+        previous = _read_settings(config_path)
+        if previous != config:
+            raise ShiftbenchError(
+                f"{out}: holds outputs generated with other settings ({_diff(previous, config)}); use another --out"
+            )
+        return _Claim(out, made, False, ())
+    taken = [name for name in dict.fromkeys([MANIFEST, JOURNAL, *folders])
+             if (out / name).exists() or (out / name).is_symlink()]
+    if taken:
+        raise ShiftbenchError(f"generate: {out} already holds {', '.join(taken)} but no {CONFIG} of an earlier "
+                              f"generate run; files are never replaced: use a new or empty --out")
+    try:
+        write_atomic(config_path, json.dumps(config, sort_keys=True, indent=1))
+    except OSError as exc:
+        if made:
+            out.rmdir()
+        raise ShiftbenchError(f"generate: cannot write {config_path} ({exc.strerror or type(exc).__name__})") from None
+    return _Claim(out, made, True, tuple(out / name for name in dict.fromkeys(folders)))
+
+
+def _read_settings(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ShiftbenchError(f"{path}: not a generate settings file ({type(exc).__name__}); use another "
+                              f"--out") from None
+    if not isinstance(value, dict):
+        raise ShiftbenchError(f"{path}: not a generate settings file (not a JSON object); use another --out")
+    return value
+
+
+def _release(claim: _Claim) -> None:
+    """After a failed run that journaled no output: remove what it made (its settings file, empty journal,
+    shift folders, the out folder it created), so that a retry with any settings starts afresh. A run that
+    journaled outputs keeps everything for its resume. Never raises: the run's own error is the one to see."""
+    out = claim.out
+    if not claim.fresh:
+        return
+    try:
+        journal = out / JOURNAL
+        if (out / MANIFEST).exists() or (journal.exists() and journal.read_bytes().strip()):
+            return
+        for folder in claim.folders:  # none existed before this run: every file in them is its own
+            if folder.is_dir() and not folder.is_symlink():
+                shutil.rmtree(folder)
+        journal.unlink(missing_ok=True)
+        (out / CONFIG).unlink(missing_ok=True)
+        remove_stale_temps(out, recursive=False)
+        if claim.made_out and not any(out.iterdir()):
+            out.rmdir()
+    except OSError:
+        pass
 
 
 def generate(
@@ -394,6 +490,7 @@ def generate(
 
     from .engines import engine_options
 
+    seed = check_seed(seed)  # the one seed domain (seeds.py); the manifest records this int
     engine_options(None, name=engine, address=address)  # a known engine; an address only for ray
     if engine == "ray" and address and address != "auto":
         from .engines import check_reachable
@@ -411,6 +508,9 @@ def generate(
         raise ShiftbenchError(f"shard_samples must be a positive int, got {shard_samples!r}")
     sharded = layout != "folder"
     out = Path(out)
+    given = Path(str(dataset)).expanduser()
+    if given.exists():  # before the data is even read: outputs never land in (or around) the source
+        check_apart(out, [given], "generate")
     shift_params = dict(shift_params or {})
     # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
     dataset_kwargs = reader_kwargs(str(dataset), dict(dataset_kwargs or {}), on_error, verify="header")
@@ -419,6 +519,7 @@ def generate(
     n = len(ds)
     if n == 0:
         raise ShiftbenchError(f"dataset {dataset!r} has no samples")
+    check_apart(out, data_paths(ds), "generate")  # a registered dataset's own folder too
 
     plan: list[tuple[str, int]] = []
     uses_model: dict[str, bool] = {}
@@ -436,7 +537,8 @@ def generate(
         if getattr(ds, "mirror_keeps", frozenset()):
             raise ShiftbenchError(f"generate --format {layout}: {dataset} has annotation files (boxes, masks) that a "
                                   f"{layout} shard does not hold (image + label only); use --format folder")
-        check_keys(ds)  # before any work: two samples never share a shard key
+        if layout == "webdataset":  # a member's name is the key; a Parquet row keeps the id itself, whatever it is
+            check_keys(ds)  # before any work: two samples never share a shard key
     elif any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
         check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
         check_annotations_kept(ds, shifts, str(dataset))
@@ -447,102 +549,95 @@ def generate(
               "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
     if sharded:  # a folder run's settings file stays as it was
         config.update(layout=layout, shard_samples=shard_samples)
-    out.mkdir(parents=True, exist_ok=True)
-    config_path = out / CONFIG
-    if config_path.exists():
-        previous = json.loads(config_path.read_text())
-        if previous != config:
-            raise ShiftbenchError(
-                f"{out}: holds outputs generated with other settings ({_diff(previous, config)}); use another --out"
-            )
-    else:
-        tmp = config_path.with_name(CONFIG + ".part")
-        tmp.write_text(json.dumps(config, sort_keys=True, indent=1))
-        os.replace(tmp, config_path)
-
-    for stale in out.rglob("*.part"):  # temp files of a killed run: never valid outputs
-        stale.unlink()
-    journal_path = out / JOURNAL
-    done: dict[tuple[str, int, int], dict] = {}
-    for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
-        if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
-            done[(record["shift"], record["severity"], record["index"])] = record
-    # only modules a worker can import by name; shiftbench's own register themselves on import
-    user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
-    jobs = []
-    skipped = 0
-    sharded_plan = {(name, severity) for name, severity in plan
-                    if sharded and SHIFTS.entry(name).resolve().kind != "text"}
-
-    def is_done(name: str, severity: int, i: int) -> bool:
-        record = done.get((name, severity, i))
-        return record is not None and ("output" not in record or (out / record["output"]).exists())
-
-    for name, severity in plan:
-        todo = []
-        if (name, severity) in sharded_plan:  # a shard is redone whole unless every sample of it is done
-            for start in range(0, n, shard_samples):
-                block = range(start, min(n, start + shard_samples))
-                if all(is_done(name, severity, i) for i in block):
-                    skipped += len(block)
-                else:
-                    todo.extend(block)
-        else:
-            for i in range(n):
-                if is_done(name, severity, i):
-                    skipped += 1
-                else:
-                    todo.append(i)
-        for start in range(0, len(todo), shard_size):
-            jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
-                             tuple(todo[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
-                             user_modules, layout if (name, severity) in sharded_plan else "folder"))
-    classes = None
-    if sharded_plan:
-        from .shards import class_identifiers, write_classes
-
-        classes = class_identifiers(ds)
-        if layout == "webdataset":  # the tar reader finds the label space here; Parquet keeps it in its schema
-            for name, severity in sorted(sharded_plan):
-                write_classes(out / name / str(severity), classes)
-    # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
-    pending: dict[tuple[str, int, int], dict[int, dict]] = {}
-
-    written = 0
-    total = sum(len(j.indices) for j in jobs)
-    with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
-        def record_all(records: list[dict]) -> None:
-            nonlocal written
-            advance(len(records))  # the unit is done, although its shard may be written later
-            records = _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
-            for record in records:
-                if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
-                    log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
-                                f"{record['severity']}): {record['skipped']}")
-                journal.write(json.dumps(record, sort_keys=True) + "\n")
+    folders = [name for name in shifts if SHIFTS.entry(name).resolve().kind != "text"]  # text shifts write none
+    claim = _claim_out(out, config, folders)
+    try:
+        for folder in [out, *(out / name for name in folders)]:  # where generate writes, and nowhere else
+            remove_stale_temps(folder, recursive=folder != out)  # a killed run's temporary files, by their name
+        journal_path = out / JOURNAL
+        done: dict[tuple[str, int, int], dict] = {}
+        for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
+            if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
                 done[(record["shift"], record["severity"], record["index"])] = record
-            journal.flush()
-            os.fsync(journal.fileno())
-            written += sum("skipped" not in r for r in records)
+        # only modules a worker can import by name; shiftbench's own register themselves on import
+        user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
+        jobs = []
+        skipped = 0
+        sharded_plan = {(name, severity) for name, severity in plan
+                        if sharded and SHIFTS.entry(name).resolve().kind != "text"}
 
-        if jobs:
-            from .engines import make_engine
+        def is_done(name: str, severity: int, i: int) -> bool:
+            record = done.get((name, severity, i))
+            return record is not None and ("output" not in record or (out / record["output"]).exists())
 
-            # the driver (this process) is the only writer of the journal and the manifest; the engine's
-            # workers write only their own output files, each through a temporary file and a rename
-            with make_engine(engine, workers=workers, address=address) as runner:
-                for stage in ("cpu", "model"):
-                    staged = [j for j in jobs if uses_model[j.shift] == (stage == "model")]
-                    for _, records in runner.imap(_run_job, staged, stage=stage):
-                        record_all(records)
+        for name, severity in plan:
+            todo = []
+            if (name, severity) in sharded_plan:  # a shard is redone whole unless every sample of it is done
+                for start in range(0, n, shard_samples):
+                    block = range(start, min(n, start + shard_samples))
+                    if all(is_done(name, severity, i) for i in block):
+                        skipped += len(block)
+                    else:
+                        todo.extend(block)
+            else:
+                for i in range(n):
+                    if is_done(name, severity, i):
+                        skipped += 1
+                    else:
+                        todo.append(i)
+            for start in range(0, len(todo), shard_size):
+                jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
+                                 tuple(todo[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
+                                 user_modules, layout if (name, severity) in sharded_plan else "folder"))
+        classes = None
+        if sharded_plan:
+            from .shards import class_identifiers, write_classes
 
-    if pending:  # every job returned, so every shard is complete; anything left is a bug, never silently lost
-        raise ShiftbenchError(f"generate: {len(pending)} shard(s) incomplete after every job returned")
-    _write_indexes(ds, out, plan, done)
-    _finalise_manifest(out, done, unreadable)
-    failed = {r["index"] for r in done.values() if "skipped" in r}
-    return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
-            "unreadable": len(unreadable) + len(failed)}
+            classes = class_identifiers(ds)
+            if layout == "webdataset":  # the tar reader finds the label space here; Parquet keeps it in its schema
+                for name, severity in sorted(sharded_plan):
+                    write_classes(out / name / str(severity), classes)
+        # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
+        pending: dict[tuple[str, int, int], dict[int, dict]] = {}
+
+        written = 0
+        total = sum(len(j.indices) for j in jobs)
+        with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
+            def record_all(records: list[dict]) -> None:
+                nonlocal written
+                advance(len(records))  # the unit is done, although its shard may be written later
+                records = _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
+                for record in records:
+                    if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
+                        log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
+                                    f"{record['severity']}): {record['skipped']}")
+                    journal.write(json.dumps(record, sort_keys=True) + "\n")
+                    done[(record["shift"], record["severity"], record["index"])] = record
+                journal.flush()
+                os.fsync(journal.fileno())
+                written += sum("skipped" not in r for r in records)
+
+            if jobs:
+                from .engines import make_engine
+
+                # the driver (this process) is the only writer of the journal and the manifest; the engine's
+                # workers write only their own output files, each through a temporary file and a rename
+                with make_engine(engine, workers=workers, address=address) as runner:
+                    for stage in ("cpu", "model"):
+                        staged = [j for j in jobs if uses_model[j.shift] == (stage == "model")]
+                        for _, records in runner.imap(_run_job, staged, stage=stage):
+                            record_all(records)
+
+        if pending:  # every job returned, so every shard is complete; anything left is a bug, never silently lost
+            raise ShiftbenchError(f"generate: {len(pending)} shard(s) incomplete after every job returned")
+        _write_indexes(ds, out, [p for p in plan if p not in sharded_plan], done)  # shards hold their own
+        _finalise_manifest(out, done, unreadable)
+        failed = {r["index"] for r in done.values() if "skipped" in r}
+        return {"written": written, "skipped": skipped, "total": len(done) + len(unreadable),
+                "unreadable": len(unreadable) + len(failed)}
+    except BaseException:
+        _release(claim)
+        raise
 
 
 def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dict[int, dict]], out: Path,
@@ -612,11 +707,9 @@ def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict], unread
     """The manifest in canonical order: files the screen left out first, then every (shift, severity, index)."""
     records = sorted(unreadable, key=lambda r: r["source"])
     records += [done[k] for k in sorted(done, key=lambda k: (k[0], k[1], k[2]))]
-    tmp = out / (MANIFEST + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_path(out / MANIFEST) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record, sort_keys=True) + "\n")
-    os.replace(tmp, out / MANIFEST)
     journal = out / JOURNAL
     if journal.exists():
         journal.unlink()

@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..files import write_atomic
+
 __all__ = ["file_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint", "dataset_fingerprint",
            "run_identity", "describe_changes", "identity_key"]
 
@@ -52,9 +54,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     _MEMO[key] = value
     try:  # the cache is an optimisation: a read-only home must not stop a run
         slot.parent.mkdir(parents=True, exist_ok=True)
-        tmp = slot.with_name(f"{slot.name}.{os.getpid()}.part")
-        tmp.write_text(value)
-        tmp.replace(slot)
+        write_atomic(slot, value)
     except OSError:
         pass
     return value

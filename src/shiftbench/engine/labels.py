@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
-from ..labelspace import LabelSpace, map_spaces, recognize
+from ..labelspace import LabelSpace, map_spaces, recognize, suggest_class
 from ..sample import Sample
 
 __all__ = ["LabelPlan", "plan_labels", "dataset_label_space"]
@@ -58,6 +58,7 @@ class LabelPlan:
     to_model: list[int] | None = None
     num_classes: int | None = None  # the model's space size (sizes miou's confusion matrix)
     output_space: LabelSpace | None = None  # the space of the labels that ``outputs`` returns
+    uses_map: bool = False  # whether the spec's label_map decided this plan (else it was only checked)
 
     def __post_init__(self) -> None:
         if self.output_space is None:
@@ -139,14 +140,17 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
     task = getattr(model, "task", None)
     model_space = getattr(model, "label_space", None)
     annotations = tuple(getattr(dataset, "annotations", ()) or ())
-    if task == "captioning":
-        return LabelPlan(model, task)
-    if task == "segmentation" and getattr(model, "class_agnostic", False):
-        if annotations and "mask" not in annotations:
+    if task == "captioning" or (task == "segmentation" and getattr(model, "class_agnostic", False)):
+        if label_map:  # no classes to map: the map is another model's, its dataset classes are checked here
+            _check_map_keys(label_map, dataset, name, dataset_name)
+        if task == "segmentation" and annotations and "mask" not in annotations:
             raise ShiftbenchError(f"model {name!r} segments objects but {dataset_name} has no masks "
                                   f"(annotations: {', '.join(annotations)})")
         return LabelPlan(model, task)
     space = dataset_label_space(dataset, task or "")
+    if space is None and label_map:
+        raise SpecError(f"model {name!r}: label_map: {dataset_name} declares no label space (no label_space, no "
+                        "class_names), so the map cannot be checked; give the dataset its class names or remove it")
     if space is None:
         if task == "segmentation" and "mask" in annotations:
             raise ShiftbenchError(f"model {name!r} predicts classes {model_space.describe() if model_space else ''} "
@@ -163,19 +167,42 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
                                       f"zero-shot model {name!r} needs a contiguous class list")
             model = copy.copy(model)  # the caller's object keeps its classes; text features are built lazily
             model.set_classes(space)
+        if label_map:  # the model takes the dataset's classes: the map is another model's, its keys checked here
+            _check_map_keys(label_map, dataset, name, dataset_name)
         return LabelPlan(model, task, None, space.num_classes)
     if model_space is None:
         raise ShiftbenchError(f"model {name!r} declares no label space; it cannot be checked against {dataset_name}")
-    try:
-        mapping = map_spaces(space, model_space, label_map)
-    except ShiftbenchError as exc:
-        raise SpecError(f"model {name!r}: {exc}") from None
+    mapping = _mapped(space, model_space, label_map, name)
     if mapping is None:
         raise ShiftbenchError(f"model {name!r} predicts label space {model_space.describe()} but {dataset_name} has "
                               f"{space.describe()} and no exact mapping exists; {_hint(model_space, task)}")
-    used = set(space.used)
-    identity = space.same_as(model_space) or (
-        # a detector's extra classes must still be filtered out, so detection keeps the explicit map
-        task != "detection" and mapping == [i if i in used else -1 for i in range(space.num_classes)])
+    # the same slots on both sides (a label_map may remap even between equal spaces); a detector's extra
+    # classes must still be filtered out, so detection keeps the explicit map unless the spaces are the same
+    identity = _straight(mapping, space) and (task != "detection" or space.same_as(model_space))
     return LabelPlan(model, task, None if identity else mapping, model_space.num_classes,
-                     space if task == "detection" and not identity else model_space)
+                     space if task == "detection" and not identity else model_space, uses_map=bool(label_map))
+
+
+def _mapped(space: LabelSpace, model_space: LabelSpace, label_map: Mapping[str, Any] | None,
+            name: str) -> list[int] | None:
+    """``map_spaces`` with a bad ``label_map`` entry said as a spec error naming the model."""
+    try:
+        return map_spaces(space, model_space, label_map)
+    except ShiftbenchError as exc:
+        raise SpecError(f"model {name!r}: {exc}") from None
+
+
+def _straight(mapping: list[int], space: LabelSpace) -> bool:
+    """Whether ``mapping`` sends every used slot of ``space`` to the same slot number."""
+    used = set(space.used)
+    return mapping == [i if i in used else -1 for i in range(space.num_classes)]
+
+
+def _check_map_keys(label_map: Mapping[str, Any], dataset: Any, name: str, dataset_name: str) -> None:
+    """For a model the map does not apply to: its keys must still be classes of the dataset (of its label
+    space or its mask space, whichever it has)."""
+    spaces = [s for s in (dataset_label_space(dataset), dataset_label_space(dataset, "segmentation")) if s is not None]
+    for key in label_map:
+        if spaces and all(s.resolve(key) is None for s in spaces):
+            raise SpecError(f"model {name!r}: label_map: {key!r} is not a class of the dataset's label space "
+                            f"{spaces[0].describe()}{suggest_class(key, spaces[0])}")

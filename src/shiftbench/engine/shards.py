@@ -10,8 +10,10 @@ WebDataset (``<shift>/<severity>/shard-000000.tar`` ...): per sample ``<key>.png
 ``<key>.cls`` (the label value, as text) and ``<key>.json`` (the manifest record: source id, label,
 class name, shift, severity, seed, the shift's config and sampled params), ``<key>.txt`` when the sample
 has a caption; ``classes.txt`` beside the shards lists the label space's identifiers (ImageNet wnids,
-else class names) so the reader rebuilds the same label space. Keys are the sample ids with ``/``
-replaced by ``__`` and any other character outside ``[A-Za-z0-9_-]`` (dots included) by ``_``; the
+else class names) so the reader rebuilds the same label space; when a name would not read back as one line
+of it (a line break, surrounding spaces, an empty name) the list is ``classes.json`` (a JSON list) instead.
+Keys are the sample ids with ``/`` replaced by ``__`` and any other character outside ``[A-Za-z0-9_-]``
+(dots included) by ``_``, and two ids with one key are refused before any work; the
 reader's id of a record is ``shard-000000/<key>``, and the record's ``.json`` (and ``manifest.jsonl``,
 whose ``output`` and ``key`` fields name the shard and the key) map it back to the source id. Tar members
 carry fixed metadata (mtime 0, uid/gid 0, no user names, mode 0644).
@@ -19,16 +21,16 @@ carry fixed metadata (mtime 0, uid/gid 0, no user names, mode 0644).
 Parquet (``<shift>/<severity>/part-000000.parquet`` ...): columns ``image`` (Hugging Face ``Image``
 struct: PNG bytes, path = the key), ``label`` (int64), ``class_name``, ``id`` (the source sample id),
 ``caption`` and ``manifest`` (the record as JSON), row groups of 100 rows, writer settings fixed here
-(zstd level 3, no dictionary, no statistics); the schema's ``huggingface`` metadata declares ``label`` a ``ClassLabel`` of the label
-space's identifiers, and its ``shiftbench`` metadata names ``id`` as the id column, so the parquet reader
-gives the source ids back unchanged.
+(zstd level 3, no dictionary, no statistics); the schema's ``huggingface`` metadata declares ``label`` a
+``ClassLabel`` of the label space's identifiers, and its ``shiftbench`` metadata names ``id`` as the id
+column, so the parquet reader gives the source ids back unchanged, whatever they are (two ids with one key
+are fine here: the key is only the image's ``path``).
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
 from pathlib import Path
@@ -39,6 +41,7 @@ from ..errors import ShiftbenchError
 LAYOUTS = ("folder", "webdataset", "parquet")
 ROW_GROUP = 100
 CLASSES_FILE = "classes.txt"
+CLASSES_JSON = "classes.json"  # when a name is not one plain line of classes.txt
 
 
 def shard_name(layout: str, number: int) -> str:
@@ -79,15 +82,32 @@ def class_identifiers(dataset: Any) -> list[str] | None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary name of shiftbench's own (files.py) and a rename."""
+    from ..files import write_atomic as replace_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    replace_atomically(path, data)
+
+
+def line_safe(name: str) -> bool:
+    """Whether ``name`` reads back unchanged as one line of ``classes.txt`` (which is split into lines, each
+    stripped): not empty, no line break of any kind, no surrounding spaces.
+
+    >>> line_safe("tabby cat"), line_safe("a\\nb"), line_safe(" a"), line_safe("a\\u2028b")
+    (True, False, False, False)
+    """
+    return bool(name) and name == name.strip() and name.splitlines() == [name]
 
 
 def write_classes(folder: Path, classes: Sequence[str] | None) -> None:
-    if classes:
+    """The label space's names beside the shards: ``classes.txt`` (one a line) when every name is
+    :func:`line_safe`, else ``classes.json`` (a JSON list: any name, exactly)."""
+    if not classes:
+        return
+    if all(line_safe(c) for c in classes):
         write_atomic(folder / CLASSES_FILE, ("\n".join(classes) + "\n").encode("utf-8"))
+    else:
+        write_atomic(folder / CLASSES_JSON, (json.dumps(list(classes)) + "\n").encode("ascii"))
 
 
 def manifest_of(record: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import StoreError
+from ..seeds import check_seed
 
 SCHEMA_VERSION = "1"
 _MAGIC_KEY = "shiftbench_schema"
@@ -117,6 +118,14 @@ def _npy_array(data: bytes) -> Any:
     return np.load(io.BytesIO(data), allow_pickle=False)
 
 
+_NUMBER = (int, float)
+_RUN_TYPES = {"run_id": (str,), "spec": (dict,), "versions": (dict,), "seed": (int,), "started": _NUMBER,
+              "finished": _NUMBER + (type(None),), "status": (str,), "identity": (dict, type(None)),
+              "name": (str, type(None))}
+_CONDITION_TYPES = {"model": (str,), "dataset": (str,), "shift": (str,), "params": (dict,), "severity": _NUMBER}
+_ROW_TYPES = {**_CONDITION_TYPES, "run_id": (str,), "metric": (str,), "value": _NUMBER + (type(None),), "n": (int,)}
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal values give equal strings (used as keys)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -141,7 +150,10 @@ def _reason(exc: sqlite3.Error) -> str:
         return f"the store is read-only ({text}); make it writable or give another --store"
     if "unable to open" in low:
         return f"cannot open the file ({text}); check the folder's permissions"
-    return text
+    if any(w in low for w in ("malformed", "not a database", "no such column", "no such table", "corrupt",
+                              "could not decode", "disk i/o")):
+        return f"the store is damaged or not a shiftbench store ({text}); restore it from a copy or give another store"
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)
@@ -179,13 +191,19 @@ class Store:
         if self.path.is_file():
             # a file another process is creating is empty or starts with SQLite's header, so only a
             # file that is neither is refused here; an empty one is "being created", not "not a store"
-            with open(self.path, "rb") as fh:
-                head = fh.read(16)
+            try:
+                with open(self.path, "rb") as fh:
+                    head = fh.read(16)
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot read the store ({exc.strerror or type(exc).__name__})") from None
             if head and not _SQLITE_HEADER.startswith(head):
                 raise StoreError(f"{self.path}: not a shiftbench store (not an SQLite database)")
+            if not create and len(head) < len(_SQLITE_HEADER):  # a reader never makes a store of a (partial) file
+                raise StoreError(f"{self.path}: not a shiftbench store ({'an empty file' if not head else 'cut short'})")
         elif not self.path.exists() and not self.path.parent.exists():
             raise StoreError(f"{self.path}: folder {self.path.parent} does not exist")
         self._timeout = timeout
+        self._create = create
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
         except sqlite3.Error as exc:
@@ -193,6 +211,9 @@ class Store:
         self._conn.row_factory = sqlite3.Row
         try:
             self._open()
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # a damaged page or schema met while opening
+            self._conn.close()
+            raise self._unusable(exc) from None
         except BaseException:
             self._conn.close()
             raise
@@ -209,7 +230,10 @@ class Store:
         """
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
-        current = self._marker(conn) == SCHEMA_VERSION
+        marker = self._marker(conn)
+        current = marker == SCHEMA_VERSION
+        if marker is None:
+            self._refuse_foreign(conn)  # before the pragmas below write to the file
         if current and self._has_identity(conn) and self._has_samples(conn):
             self._pragmas(conn)  # the common case: an existing store, nothing to write
             return
@@ -232,7 +256,21 @@ class Store:
                     raise StoreError(f"{self.path}: cannot open store ({_reason(exc)})") from None
                 time.sleep(0.01)
             except sqlite3.DatabaseError as exc:
-                raise StoreError(f"{self.path}: not a shiftbench store ({exc})") from None
+                raise self._unusable(exc) from None
+
+    def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
+        """A database with tables but none of shiftbench's is someone else's: refused without a write (not
+        even the switch to WAL). A reader also refuses one without tables (it never makes a store)."""
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return  # being created by another process: decided under the write lock
+            raise
+        if tables and "meta" not in tables:
+            raise StoreError(f"{self.path}: not a shiftbench store (no shiftbench tables)")
+        if not tables and not self._create:
+            raise StoreError(f"{self.path}: not a shiftbench store (an SQLite database without tables)")
 
     @staticmethod
     def _pragmas(conn: sqlite3.Connection) -> None:
@@ -251,7 +289,7 @@ class Store:
                 return None  # being created by another process: decided under the write lock
             raise StoreError(f"{self.path}: cannot read store ({_reason(exc)})") from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: not a shiftbench store ({exc})") from None
+            raise self._unusable(exc) from None
         return None if row is None else str(row[0])
 
     @staticmethod
@@ -310,6 +348,40 @@ class Store:
                     conn.execute("ROLLBACK")
                 raise StoreError(f"{self.path}: cannot write to the store: {_reason(exc)}") from None
 
+    @contextlib.contextmanager
+    def reading(self, what: str) -> Iterator[None]:
+        """Reads of stored data: SQLite's failures (a damaged page, a missing column) and stored values that do
+        not decode (damaged bytes) become one StoreError naming the store and ``what`` was being read."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read {what}: {_reason(exc)}") from None
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise StoreError(f"{self.path}: the store is damaged: cannot decode {what} "
+                             f"({type(exc).__name__}: {reason}); restore it from a copy") from None
+
+    def _unusable(self, exc: BaseException) -> StoreError:
+        """A file SQLite cannot read as a database: damaged pages, or no database at all."""
+        text = " ".join(str(exc).split())[:200]
+        if isinstance(exc, UnicodeDecodeError) or any(w in text.lower() for w in ("malformed", "corrupt", "i/o")):
+            return self._damaged(f"cannot open it ({type(exc).__name__}: {text})" if isinstance(exc, UnicodeDecodeError)
+                                 else f"cannot open it ({text})")
+        return StoreError(f"{self.path}: not a shiftbench store ({text})")
+
+    def _damaged(self, what: str) -> StoreError:
+        return StoreError(f"{self.path}: the store is damaged: {what}; restore it from a copy")
+
+    def check(self) -> None:
+        """Refuse a damaged store in one line (SQLite's ``quick_check`` of every page: a reader that reads it
+        all, like the report, then never works from half a table)."""
+        with self.reading("the store"):
+            problems = [r[0] for r in self._conn.execute("PRAGMA quick_check(3)").fetchall()]
+        if problems != ["ok"]:
+            raise self._damaged(f"integrity check: {' '.join(str(problems[0]).split())[:200]}")
+
     def close(self) -> None:
         self._conn.close()
 
@@ -339,9 +411,11 @@ class Store:
         old one (and the same inputs resume that new run later, with or without ``new_run``).
         A ``run_id`` already used by another spec is refused.
         """
+        seed = check_seed(seed)  # before the store is touched; an SQLite INTEGER holds every seed of the domain
         identity_json = None if identity is None else canonical_json(identity)
         with self._write() as conn:
-            run_id, row = self._resolve_run(conn, spec, identity, run_id, new_run)
+            with self.reading("its runs"):
+                run_id, row = self._resolve_run(conn, spec, identity, run_id, new_run)
             if row is not None:
                 conn.execute(
                     "UPDATE runs SET status = 'running', finished = NULL,"
@@ -353,7 +427,7 @@ class Store:
                     "INSERT INTO runs (run_id, name, spec_json, spec_hash, versions_json, git_hash, seed, host,"
                     " started, status, identity_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                     (run_id, name, canonical_json(spec), spec_hash(spec), canonical_json(versions or {}), git_hash,
-                     int(seed), socket.gethostname(), time.time(), identity_json),
+                     seed, socket.gethostname(), time.time(), identity_json),
                 )
         return run_id
 
@@ -361,7 +435,8 @@ class Store:
                     new_run: bool = False) -> tuple[str, bool]:
         """Which run ``start_run`` would open, and whether it exists, without writing anything;
         raises the StoreError ``start_run`` would raise (a dry run's check)."""
-        run_id, row = self._resolve_run(self._conn, spec, identity, run_id, new_run)
+        with self.reading("its runs"):
+            run_id, row = self._resolve_run(self._conn, spec, identity, run_id, new_run)
         return run_id, row is not None
 
     def _resolve_run(self, conn: sqlite3.Connection, spec: dict[str, Any], identity: dict[str, Any] | None,
@@ -394,16 +469,24 @@ class Store:
             conn.execute("UPDATE runs SET status = 'done', finished = ? WHERE run_id = ?", (time.time(), run_id))
 
     def runs(self) -> list[dict[str, Any]]:
-        rows = self._conn.execute("SELECT * FROM runs ORDER BY started").fetchall()
         out = []
-        for r in rows:
-            d = dict(r)
-            d["spec"] = json.loads(d.pop("spec_json"))
-            d["versions"] = json.loads(d.pop("versions_json"))
-            identity = d.pop("identity_json", None)
-            d["identity"] = json.loads(identity) if identity else None
-            out.append(d)
+        with self.reading("its runs"):
+            for r in self._conn.execute("SELECT * FROM runs ORDER BY started").fetchall():
+                d = dict(r)
+                d["spec"] = json.loads(d.pop("spec_json"))
+                d["versions"] = json.loads(d.pop("versions_json"))
+                identity = d.pop("identity_json", None)
+                d["identity"] = json.loads(identity) if identity else None
+                self._typed(d, "run", _RUN_TYPES)
+                out.append(d)
         return out
+
+    def _typed(self, record: dict[str, Any], what: str, types: dict[str, tuple[type, ...]]) -> None:
+        """Every field of a record read back has the type it was written with (damaged bytes can change it)."""
+        for key, allowed in types.items():
+            value = record.get(key)
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                raise self._damaged(f"a {what}'s {key} is {type(value).__name__} {str(value)[:40]!r}")
 
     def run(self, run_id: str | None = None) -> dict[str, Any]:
         """One run's record (the latest when ``run_id`` is None)."""
@@ -435,7 +518,8 @@ class Store:
         return int(row[0])
 
     def is_done(self, condition_id: int) -> bool:
-        row = self._conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
+        with self.reading("its conditions"):
+            row = self._conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
         return row is not None and row[0] == "done"
 
     def save_batch(
@@ -467,10 +551,11 @@ class Store:
         return True
 
     def batches(self, condition_id: int) -> dict[int, Any]:
-        rows = self._conn.execute(
-            "SELECT batch, state FROM batches WHERE condition_id = ? ORDER BY batch", (condition_id,)
-        ).fetchall()
-        return {int(r[0]): json.loads(r[1]) for r in rows}
+        with self.reading(f"the saved batches of condition {condition_id}"):
+            rows = self._conn.execute(
+                "SELECT batch, state FROM batches WHERE condition_id = ? ORDER BY batch", (condition_id,)
+            ).fetchall()
+            return {int(r[0]): json.loads(r[1]) for r in rows}
 
     def clear_batches(self, condition_id: int) -> int:
         """Forget an unfinished condition's saved batches and their predictions, in one transaction, so
@@ -535,41 +620,53 @@ class Store:
             args = (run_id,)
         query += " ORDER BY c.condition_id, r.metric"
         out = []
-        for r in self._conn.execute(query, args).fetchall():
-            d = dict(r)
-            d["params"] = json.loads(d["params"])
-            extra = d.pop("extra")
-            if extra is not None:
-                d["extra"] = json.loads(extra)
-            out.append(d)
+        with self.reading("its results"):
+            for r in self._conn.execute(query, args).fetchall():
+                d = dict(r)
+                d["params"] = json.loads(d["params"])
+                extra = d.pop("extra")
+                if extra is not None:
+                    d["extra"] = json.loads(extra)
+                self._typed(d, "result", _ROW_TYPES)
+                out.append(d)
         return out
 
     def predictions(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._conn.execute(
-            "SELECT c.model, c.shift, c.params, c.severity, p.sample_id, p.prediction FROM predictions p"
-            " JOIN conditions c ON p.condition_id = c.condition_id WHERE c.run_id = ?"
-            " ORDER BY c.condition_id, p.sample_id",
-            (run_id,),
-        ).fetchall()
-        return [
-            {**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])} for r in rows
-        ]
+        with self.reading("its predictions"):
+            rows = self._conn.execute(
+                "SELECT c.model, c.shift, c.params, c.severity, p.sample_id, p.prediction FROM predictions p"
+                " JOIN conditions c ON p.condition_id = c.condition_id WHERE c.run_id = ?"
+                " ORDER BY c.condition_id, p.sample_id",
+                (run_id,),
+            ).fetchall()
+            out = [{**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])}
+                   for r in rows]
+        types = {**{k: v for k, v in _CONDITION_TYPES.items() if k != "dataset"}, "sample_id": (str,)}
+        for d in out:
+            self._typed(d, "prediction", types)
+        return out
 
     def samples(self, run_id: str) -> list[dict[str, Any]]:
         """The per-sample values of a run, one dict per (condition, metric) that has them:
         ``model, dataset, shift, params, severity, metric, kind, ids, values`` (docs/metrics.md,
         "Per-sample values"). A store written before they were kept has none: ``[]``."""
-        if not self._has_samples(self._conn):
-            return []
-        rows = self._conn.execute(
-            "SELECT c.model, c.dataset, c.shift, c.params, c.severity, s.metric, s.kind, s.ids, s.data"
-            " FROM samples s JOIN conditions c ON s.condition_id = c.condition_id WHERE c.run_id = ?"
-            " ORDER BY c.condition_id, s.metric",
-            (run_id,),
-        ).fetchall()
-        return [{"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": json.loads(r["params"]),
-                 "severity": int(r["severity"]), "metric": r["metric"], "kind": r["kind"],
-                 "ids": json.loads(r["ids"]), "values": _npy_array(bytes(r["data"]))} for r in rows]
+        with self.reading("its per-sample values"):
+            if not self._has_samples(self._conn):
+                return []
+            rows = self._conn.execute(
+                "SELECT c.model, c.dataset, c.shift, c.params, c.severity, s.metric, s.kind, s.ids, s.data"
+                " FROM samples s JOIN conditions c ON s.condition_id = c.condition_id WHERE c.run_id = ?"
+                " ORDER BY c.condition_id, s.metric",
+                (run_id,),
+            ).fetchall()
+            out = [{"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": json.loads(r["params"]),
+                    "severity": int(r["severity"]), "metric": r["metric"], "kind": r["kind"],
+                    "ids": json.loads(r["ids"]), "values": _npy_array(bytes(r["data"]))} for r in rows]
+        for d in out:
+            self._typed(d, "per-sample record", {**_CONDITION_TYPES, "metric": (str,), "kind": (str,), "ids": (list,)})
+            if len(d["ids"]) != len(d["values"]):
+                raise self._damaged(f"{len(d['ids'])} sample ids for {len(d['values'])} values ({d['metric']})")
+        return out
 
     def put_artifact(self, run_id: str, key: str, data: bytes, meta: Any = None) -> None:
         """Store a small binary artifact of a run (e.g. a sample thumbnail for the report's grids)."""
@@ -580,20 +677,25 @@ class Store:
             )
 
     def artifacts(self, run_id: str, prefix: str = "") -> list[dict[str, Any]]:
-        rows = self._conn.execute(
-            "SELECT key, data, meta FROM artifacts WHERE run_id = ? AND key >= ? AND key < ? ORDER BY key",
-            (run_id, prefix, prefix + "\uffff"),
-        ).fetchall()
-        return [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
-                for r in rows]
+        with self.reading("its artifacts"):
+            rows = self._conn.execute(
+                "SELECT key, data, meta FROM artifacts WHERE run_id = ? AND key >= ? AND key < ? ORDER BY key",
+                (run_id, prefix, prefix + "\uffff"),
+            ).fetchall()
+            out = [{"key": r["key"], "data": bytes(r["data"]), "meta": json.loads(r["meta"]) if r["meta"] else None}
+                   for r in rows]
+        for d in out:
+            self._typed(d, "artifact", {"key": (str,)})
+        return out
 
     def holds_work(self, own_run: str | None = None) -> bool:
         """Whether the store holds anything worth keeping: a result (a finished condition) or a run
         other than ``own_run`` (another process's). A store that holds neither may be removed by its
         creator; the saved batches of an unfinished first condition are redone by a rerun anyway."""
-        return self._conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)",
-            (own_run,)).fetchone()[0] == 1
+        with self.reading("its runs"):
+            return self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM results) OR EXISTS (SELECT 1 FROM runs WHERE run_id IS NOT ?)",
+                (own_run,)).fetchone()[0] == 1
 
     def integrity_check(self) -> str:
         return self._conn.execute("PRAGMA integrity_check").fetchone()[0]

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ShiftbenchError
+from ..errors import DatasetError, ShiftbenchError
 from .base import Metric
 
 __all__ = ["box_iou_xywh", "mask_iou", "coco_evaluate", "RLEMasks", "DetectionAP", "BoxAP", "MaskAP", "STAT_NAMES"]
@@ -126,7 +126,9 @@ class _Image:
     """One image's detections and ground truth, per category, in COCO's terms."""
 
     def __init__(self, dt: Any, gt: Any, iou_type: str):
-        self.gt_boxes = _xyxy_to_xywh(_get(gt, "boxes", np.zeros((0, 4))))
+        exact = _get(gt, "boxes_xywh")  # a COCO file's own x, y, w, h: the IoUs COCOeval takes, bit for bit
+        self.gt_boxes = (np.asarray(exact, np.float64).reshape(-1, 4) if exact is not None
+                         else _xyxy_to_xywh(_get(gt, "boxes", np.zeros((0, 4)))))
         g = len(self.gt_boxes)
         self.gt_labels = np.asarray(_get(gt, "labels", np.zeros(g)), np.int64).reshape(-1)
         crowd = _get(gt, "iscrowd")
@@ -211,15 +213,20 @@ def coco_evaluate(detections: Sequence[Any], targets: Sequence[Any], iou_type: s
     """COCO AP/AR summary over images. ``detections[i]`` and ``targets[i]`` are the same image.
 
     Each detection entry has ``boxes`` (xyxy), ``scores``, ``labels`` (and ``masks`` for ``segm``);
-    each target ``boxes``, ``labels``, optional ``iscrowd``, ``area`` and ``masks``. Returns the 12
+    each target ``boxes``, ``labels``, optional ``iscrowd``, ``area``, ``masks``, ``boxes_xywh`` (the
+    boxes as COCO writes them, used instead of ``boxes`` when given) and ``image_id``. Returns the 12
     COCO stats keyed by :data:`STAT_NAMES`; -1 where undefined (no ground truth), as pycocotools (the
-    metric classes turn -1 into None).
+    metric classes turn -1 into None). When every target has an ``image_id``, images are taken in id
+    order, as COCOeval takes them (the order decides how detections of equal score are counted).
     """
     if iou_type not in ("bbox", "segm"):
         raise ShiftbenchError(f"iou_type must be 'bbox' or 'segm', got {iou_type!r}")
     if len(detections) != len(targets):
         raise ShiftbenchError(f"{len(detections)} detection entries for {len(targets)} images")
-    images = [_Image(d, g, iou_type) for d, g in zip(detections, targets)]
+    ids = [_get(g, "image_id") for g in targets]
+    known = all(i is not None for i in ids)
+    order = sorted(range(len(targets)), key=lambda i: int(ids[i])) if known else range(len(targets))
+    images = [_Image(detections[i], targets[i], iou_type) for i in order]
     categories = sorted(set(int(c) for img in images for c in img.gt_labels))
     areas = list(AREA_RANGES.values())
     T, R, K, A, M = len(IOU_THRESHOLDS), len(RECALL_THRESHOLDS), len(categories), len(areas), len(MAX_DETS)
@@ -298,6 +305,34 @@ def _summarize(precision: np.ndarray, recall: np.ndarray) -> dict[str, float]:
     }
 
 
+def _coco_fields(s: Any) -> dict[str, Any]:
+    """What a COCO sample adds for COCOeval's numbers: its image id (the order of images) and the file's
+    own x, y, w, h boxes, when ``boxes`` still are those boxes (float32 corners lose the last bits)."""
+    out: dict[str, Any] = {}
+    if s.meta.get("coco_id") is not None:
+        out["image_id"] = int(s.meta["coco_id"])
+    exact = s.meta.get("bbox")
+    if exact is not None and len(exact) == len(s.boxes):
+        xywh = np.asarray(exact, np.float64).reshape(-1, 4)
+        corners = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1).astype(np.float32)
+        if np.array_equal(corners, s.boxes):
+            out["boxes_xywh"] = xywh
+    return out
+
+
+def _check_segmentations(name: str, s: Any, instance_masks: Any) -> None:
+    """COCOeval's mask AP reads a segmentation for every annotation: one without is refused, named."""
+    segmentations = getattr(instance_masks, "segmentations", None)  # datasets.coco.InstanceMasks
+    if segmentations is None:
+        return
+    for k, seg in enumerate(segmentations):
+        if not seg:
+            ids = s.meta.get("ann_ids") or []
+            ann = f"annotation {ids[k]}" if k < len(ids) and ids[k] != -1 else f"annotation #{k + 1}"
+            raise DatasetError(f"{name}: image {s.id}: {ann} has no segmentation (mask AP needs one for "
+                               "every annotation, as COCOeval does)")
+
+
 class DetectionAP(Metric):
     """COCO AP/AR over all images seen; ``compute`` gives ``{prefix}_ap``, ``{prefix}_ap50``, ... (12 stats).
 
@@ -355,7 +390,8 @@ class DetectionAP(Metric):
                 if arr is not None and not np.isfinite(np.asarray(arr, np.float64)).all():
                     raise ShiftbenchError(f"{self.name}: detections contain NaN/inf")
             self._dt.append(self._pack(dt, ("boxes", "scores", "labels", "masks")))
-            self._gt.append(self._pack(gt, ("boxes", "labels", "iscrowd", "area", "masks")))
+            self._gt.append(self._pack(gt, ("boxes", "labels", "iscrowd", "area", "masks", "boxes_xywh",
+                                            "image_id")))
             self.n += 1
 
     def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
@@ -371,6 +407,7 @@ class DetectionAP(Metric):
                     instance_masks = s.mask[None] == np.arange(1, len(s.boxes) + 1)[:, None, None]
                 if instance_masks is None:
                     raise ShiftbenchError(f"{self.name} needs instance masks (meta['instance_masks'] or an instance map)")
+                _check_segmentations(self.name, s, instance_masks)
                 if tuple(np.shape(instance_masks)[1:]) != s.image.shape[:2]:
                     # a shift that resized the image without its annotations would pair the wrong pixels
                     raise ShiftbenchError(f"{self.name}: sample {s.id}: instance masks are "
@@ -385,6 +422,7 @@ class DetectionAP(Metric):
                         raise ShiftbenchError(f"{self.name}: sample {s.id}: meta[{key!r}] has {len(value)} "
                                               f"entries for {len(s.boxes)} boxes")
                     target[key] = value
+            target.update(_coco_fields(s))
             targets.append(target)
         self.update(outputs, targets)
 

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..seeds import check_seed
 from .base import (
     Captioner, Classifier, Detections, Detector, LabelSpace, Segmenter, as_image_list, check_outputs,
 )
@@ -60,7 +61,7 @@ class DummyClassifier(Classifier):
         self.name = "dummy_classifier"
         self.label_space = _label_space(label_space)
         self.preprocess = _NO_PREPROCESS
-        self.seed = int(seed)
+        self.seed = check_seed(seed, "dummy_classifier: seed")
         rng = np.random.default_rng(self.seed)
         self._weights = rng.normal(0.0, 4.0, size=(self.label_space.num_classes, 23))
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..seeds import check_seed
 
 __all__ = ["CombinerNet", "encode_split", "train_retrievers", "TRAIN_DEFAULTS"]
 
@@ -178,6 +179,8 @@ def _train(out: Any, log: Callable[[str], None] | None, command: str | None, ove
     if unknown:
         raise ShiftbenchError(f"train_retrievers: unknown settings {sorted(unknown)}; known: {', '.join(TRAIN_DEFAULTS)}")
     settings = {**TRAIN_DEFAULTS, **overrides}
+    for key in ("seed", "dataset_seed"):  # before any work; the checkpoint records them as given
+        settings[key] = check_seed(settings[key], f"train_retrievers: {key}")
     log = log or (lambda message: None)
     out = Path(out)
     if out.suffix != ".safetensors":

@@ -7,10 +7,13 @@ HTML through Jinja2's autoescaping, so markup in a caption shows as text.
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import io
 import json
+import logging
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import numpy as np
 
 from ..engine.store import Store
 from ..errors import ShiftbenchError
+from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
 from .headline import headline, headline_table, order_tables
 from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
 
@@ -26,6 +30,8 @@ from ..analysis import stored_analysis
 from .analysis import analysis_blocks, analysis_figures
 from .stats import Uncertainty
 
+REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
+log = logging.getLogger("shiftbench.report")
 GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
 
 
@@ -35,10 +41,36 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
 
     Returns the path of report.html. With several runs each gets its own section, and the table and
     plot files are prefixed with the run's position (``run2_tables.md``).
+
+    The report is built in a hidden temporary folder inside ``out`` and moved into place only when whole.
+    A file of ``out`` is replaced only when an earlier report wrote it (``.shiftbench-report.json`` lists
+    those): the files replaced are named in one warning; any other file in the way refuses the report
+    before anything is moved, so a user's file is never replaced or removed.
     """
     out = Path(out)
+    made = make_folder(out, "report")  # an --out that cannot be made is refused before the store is read
+    stage = temp_path(out / "report")
+    try:
+        loaded = _load(store, run_id)
+        remove_stale_temps(out, recursive=False)  # a killed report's temporary folder (shiftbench's own name pattern)
+        stage.mkdir()
+        _write_report(stage, loaded)
+        _publish(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty: the folder this call made, nothing in it
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+    return out / "report.html"
+
+
+def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[tuple]:
+    """Everything the report reads, per run, from the store alone; a damaged store is one StoreError."""
     db = Store(store, create=False)
     try:
+        db.check()
         ids = run_id if isinstance(run_id, (list, tuple)) else [db.run(run_id)["run_id"]]
         loaded = []
         for rid in ids:
@@ -49,18 +81,23 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
             quality = db.artifacts(run["run_id"], "quality/rows.json")
             skipped = db.artifacts(run["run_id"], "skipped.json")
             curation = db.artifacts(run["run_id"], "curation.json")
-            run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else [],
-                   "curation": json.loads(curation[0]["data"]) if curation else None}
-            # per-sample values (bootstrap CIs) exist only in stores written since they were kept
-            samples = db.samples(run["run_id"])
-            run["analysis"] = stored_analysis(db, run["run_id"])  # the spec's analysis: views, if it had some
-            loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
-                           json.loads(quality[0]["data"]) if quality else [], samples))
+            with db.reading("an artifact of run " + repr(run["run_id"])):
+                run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else [],
+                       "curation": json.loads(curation[0]["data"]) if curation else None}
+                # per-sample values (bootstrap CIs) exist only in stores written since they were kept
+                samples = db.samples(run["run_id"])
+                run["analysis"] = stored_analysis(db, run["run_id"])  # the spec's analysis: views, if it had some
+                loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
+                               json.loads(quality[0]["data"]) if quality else [], samples))
     finally:
         db.close()
     if not loaded:
         raise ShiftbenchError(f"{store}: no run to report")
-    out.mkdir(parents=True, exist_ok=True)
+    return loaded
+
+
+def _write_report(out: Path, loaded: list[tuple]) -> None:
+    """The report's files, written into ``out`` (the temporary folder :func:`build_report` then publishes)."""
     sections = []
     for i, (run, rows, predictions, thumbs, quality, samples) in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
@@ -95,12 +132,59 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
                          "figures": figures, "grids": grids,
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
                          "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
-    html = _render(sections)
-    path = out / "report.html"
-    tmp = path.with_name("report.html.part")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    (out / "report.html").write_text(_render(sections), encoding="utf-8")
+
+
+def _earlier_report(out: Path) -> set[str]:
+    """The files an earlier report wrote into ``out``: those its record lists, or, for a report made before
+    the record existed, the report's own file names when its report.html is a shiftbench report."""
+    record = out / REPORT_RECORD
+    if record.exists() or record.is_symlink():
+        try:
+            files = json.loads(record.read_text(encoding="utf-8"))["files"]
+            if isinstance(files, list) and all(isinstance(f, str) for f in files):
+                return set(files)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        raise ShiftbenchError(f"report: {record} is not the record of a shiftbench report; use another --out")
+    try:
+        legacy = "<h1>shiftbench report</h1>" in (out / "report.html").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        legacy = False
+    return {"*"} if legacy else set()
+
+
+def _in_the_way(out: Path, name: str) -> bool:
+    """Whether something stands at ``out/name``, or where one of its folders must go something other than a
+    folder of its own (a file, a link that would lead the write out of ``out``)."""
+    path = out / name
+    if path.exists() or path.is_symlink():
+        return True
+    for parent in list(Path(name).parents)[:-1]:  # the last one is "."
+        folder = out / parent
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            return True
+    return False
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """Move the finished report from ``stage`` into ``out`` (report.html last). Refuses, before moving anything,
+    a file in the way that no earlier report wrote; logs one line naming the earlier report's files replaced."""
+    files = sorted((p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()),
+                   key=lambda f: (f == "report.html", f))
+    earlier = _earlier_report(out)
+    existing = [f for f in files if _in_the_way(out, f)]
+    foreign = [f for f in existing if not ((out / f).is_file() and ("*" in earlier or f in earlier))]
+    if foreign:
+        raise ShiftbenchError(f"report: {out} already holds {', '.join(foreign)}, which no earlier shiftbench "
+                              f"report wrote; files are never replaced: use a new or empty --out")
+    if existing:
+        log.warning(f"report: replacing {len(existing)} file(s) of an earlier report in {out}: {', '.join(existing)}")
+    for name in files:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage / name, out / name)
+    kept = {f for f in earlier if f != "*" and (out / f).is_file()}
+    write_atomic(out / REPORT_RECORD, json.dumps({"files": sorted(kept | set(files))}, indent=1) + "\n")
 
 
 def _in_main_grid(metric: str) -> bool:

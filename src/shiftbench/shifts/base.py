@@ -27,6 +27,8 @@ import numpy as np
 
 from ..errors import SeverityError, ShiftbenchError
 from ..sample import Query, Sample, content_id, to_rgb_uint8
+from ..seeds import check_seed
+from .replay_params import check_replay_params, replay_failed
 
 __all__ = ["Shift", "ImageShift", "TextShift", "make_rng", "derive_seed", "check_params"]
 
@@ -35,12 +37,15 @@ def derive_seed(seed: int, sample_id: str | None, shift_name: str) -> list[int]:
     """Entropy words for a per-sample generator: the seed plus a hash of (sample id, shift name).
 
     A stable hash (sha256) rather than Python's ``hash`` so that the same inputs give the same
-    stream on every machine, process and worker.
+    stream on every machine, process and worker. The seed must be in the one domain (seeds.py,
+    ``0 <= seed < 2**63``, else a SeedError): its two 32-bit words hold it whole, so distinct seeds
+    give distinct words, and distinct streams.
     """
+    seed = check_seed(seed)
     key = f"{'' if sample_id is None else sample_id}\x1f{shift_name}".encode("utf-8")
     digest = hashlib.sha256(key).digest()
     words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
-    return [int(seed) & 0xFFFFFFFF, (int(seed) >> 32) & 0xFFFFFFFF, *words]
+    return [seed & 0xFFFFFFFF, seed >> 32, *words]
 
 
 # the id of a bare array shifted by a shift that draws nothing: no stream depends on it, and the
@@ -105,7 +110,10 @@ class Shift:
         lo, hi = self.severities
         if severity is None:
             severity = self.default_severity if self.default_severity is not None else (lo if lo == hi else 3)
-        if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)) or not lo <= severity <= hi:
+        if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)):
+            raise SeverityError(f"shift {self.name!r}: severity must be an integer in {lo}..{hi}, "
+                                f"got {severity!r} ({type(severity).__name__})")
+        if not lo <= severity <= hi:
             raise SeverityError(f"shift {self.name!r}: severity {severity!r} is outside {lo}..{hi}")
         return int(severity)
 
@@ -114,6 +122,7 @@ class Shift:
 
     def draw(self, sample: Sample, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
         """Params for ``sample`` under (severity, seed): what a manifest records."""
+        seed = check_seed(seed)  # before any work, and also for shifts that never build a generator
         severity = self.check_severity(severity)
         self.check_sample(sample)
         params = self.sample_params(sample, severity, self.rng(seed, sample.id))
@@ -147,9 +156,19 @@ class Shift:
         return True
 
     def replay(self, x: Any, params: dict[str, Any]) -> Any:
-        """Rebuild a shifted output from recorded params (same kind out as in)."""
+        """Rebuild a shifted output from recorded params (same kind out as in).
+
+        Params that are not this shift's (a key missing or unknown, a value of another JSON type than the
+        shift draws) raise a ParamsError naming the key (shifts/replay_params.py), before any work; params of
+        the right shape that ``apply`` still cannot use raise one naming the shift and the reason."""
         sample, unwrap = self._wrap(x, None)
-        return unwrap(self.apply(sample, params))
+        check_replay_params(self, sample, params)
+        try:
+            return unwrap(self.apply(sample, params))
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            if isinstance(exc, ShiftbenchError):
+                raise
+            raise replay_failed(self, exc) from exc
 
     def __call__(
         self,
@@ -159,6 +178,7 @@ class Shift:
         sample_id: str | None = None,
         return_params: bool = False,
     ) -> Any:
+        seed = check_seed(seed)
         if isinstance(x, (list, tuple)):
             return self._call_batch(list(x), severity, seed, sample_id, return_params)
         sample, unwrap = self._wrap(x, sample_id)
@@ -248,6 +268,7 @@ class TextShift(Shift):
 
     def draw_text(self, text: str, severity: int | None = None, seed: int = 0, sample_id: str | None = None) -> dict:
         """Params for ``text``; without ``sample_id`` the text itself picks the stream (see the module docstring)."""
+        seed = check_seed(seed)
         severity = self.check_severity(severity)
         if sample_id is None:
             sample_id = content_id(text)
@@ -267,6 +288,7 @@ class TextShift(Shift):
 
     def __call__(self, x: Any, severity: int | None = None, seed: int = 0, sample_id: str | None = None,
                  return_params: bool = False) -> Any:
+        seed = check_seed(seed)
         if isinstance(x, str):
             params = self.draw_text(x, severity, seed, sample_id)
             out = self.apply_text(x, params)
@@ -289,9 +311,13 @@ class TextShift(Shift):
         return [self.apply_text(t, p) for t, p in zip(texts, params)]
 
     def replay(self, x: Any, params: dict[str, Any]) -> Any:
-        if isinstance(x, str):
-            return self.apply_text(x, params)
-        return self.apply(x, params)
+        check_replay_params(self, x, params)  # a ParamsError naming the key that is not this shift's
+        try:
+            return self.apply_text(x, params) if isinstance(x, str) else self.apply(x, params)
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            if isinstance(exc, ShiftbenchError):
+                raise
+            raise replay_failed(self, exc) from exc
 
     def _wrap(self, x: Any, sample_id: str | None):
         if isinstance(x, Query):

@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import SeverityError, ShiftbenchError
 from ..registry import SHIFTS
 from ..sample import Sample
+from ..seeds import check_seed
 from .base import Shift, check_params
 
 __all__ = ["Chain", "chain", "normalise_steps"]
@@ -163,6 +164,7 @@ class Chain(Shift):
         return params
 
     def draw(self, sample: Sample, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
+        seed = check_seed(seed)
         severity = self.check_severity(severity)
         self.check_sample(sample)
         return check_params(self.sample_params(sample, severity, self.rng(seed, sample.id)), self.name)

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import SeverityError, ShiftbenchError
 from ..registry import SHIFTS
 from ..sample import Sample
+from ..seeds import check_seed
 from ..shifts.base import Shift, make_rng
 
 __all__ = ["ShiftPolicy", "PolicyEntry", "Choice", "TASK_NEEDS", "parse_severities", "check_stream_key",
@@ -82,12 +83,6 @@ def check_stream_key(epoch: Any, index: Any) -> str:
     if isinstance(index, bool) or not isinstance(index, numbers.Integral) or index < 0:
         raise ShiftbenchError(f"index must be a non-negative int or a sample id (str), got {index!r}")
     return f"epoch={int(epoch)}\x1findex={int(index)}"
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**64:
-        raise ShiftbenchError(f"seed must be an int in 0..2**64-1, got {seed!r}")
-    return int(seed)
 
 
 def parse_severities(spec: Any, shift: Shift, where: str) -> tuple[int, ...]:
@@ -249,7 +244,7 @@ class ShiftPolicy:
 
         Always the same four draws in the same order, so raising ``p`` or re-weighting changes what a
         given index gets only where it must."""
-        rng = make_rng(_check_seed(seed), check_stream_key(epoch, index), _STREAM)
+        rng = make_rng(check_seed(seed), check_stream_key(epoch, index), _STREAM)
         u_apply, u_entry, u_severity = rng.random(3)
         shift_seed = int(rng.integers(0, 2**63))
         if not u_apply < self.p:

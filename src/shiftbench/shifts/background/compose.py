@@ -236,7 +236,16 @@ class BackgroundScene(BackgroundShift):
         if meta.get("object_id") is not None:
             return set(objects.object_info(meta["object_id"]).contexts)
         raise ShiftbenchError(f"{where}: needs the object's contexts, from meta 'object_id' (the objects dataset) "
-                              f"or meta 'contexts' (a list of {', '.join(objects.CONTEXTS)})")
+                              f"or meta 'contexts' (a list of {', '.join(objects.CONTEXTS)}); an image folder has "
+                              "neither: use the objects dataset, a Dataset whose samples set meta['contexts'], or "
+                              "scene: random or a scene id")
+
+    def check_sample(self, sample: Sample) -> None:
+        """The mask a sample needs and, for Mixed-Same / Mixed-Rand, the object's contexts (checked before
+        any mask is computed: a dry run says it on the first sample)."""
+        if self.scene in ("mixed_same", "mixed_rand"):
+            self._contexts(sample)
+        super().check_sample(sample)
 
     def background_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         from ...datasets import objects
@@ -312,7 +321,18 @@ class BackgroundOnly(BackgroundShift):
     def sample_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         if self._remover is not None:
             return self._remover.sample_params(sample, 1, rng)
+        self._hole(sample)  # refused when drawn (a dry run draws the first batch), not when painted
         return super().sample_params(sample, severity, rng)
+
+    def _hole(self, sample: Sample) -> np.ndarray:
+        """The region to fill: the object's mask dilated; refused when it leaves nothing to fill from."""
+        from ...conditioning.masks import dilate
+
+        hole = dilate(self.object_mask(sample), self.dilation)
+        if hole.all():
+            raise ShiftbenchError(f"shift 'background_only', sample {sample.id}: the dilated mask covers the "
+                                  "whole image, nothing is left to fill from")
+        return hole
 
     def apply_batch(self, samples: Sequence[Sample], params: Sequence[dict[str, Any]]) -> list[Sample]:
         if self._remover is not None:
@@ -323,14 +343,9 @@ class BackgroundOnly(BackgroundShift):
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         import cv2
 
-        from ...conditioning.masks import dilate
-
         if self._remover is not None:
             return self.apply_batch([sample], [params])[0]
-        hole = dilate(self.object_mask(sample), self.dilation)
-        if hole.all():
-            raise ShiftbenchError(f"shift 'background_only', sample {sample.id}: the dilated mask covers the "
-                                  "whole image, nothing is left to fill from")
+        hole = self._hole(sample)
         if self.fill == "mean":
             image = sample.image.copy()
             image[hole] = np.rint(sample.image[~hole].mean(axis=0)).astype(np.uint8)

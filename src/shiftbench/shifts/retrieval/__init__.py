@@ -24,6 +24,7 @@ from typing import Any
 from ...datasets.base import Dataset
 from ...errors import ShiftbenchError
 from ...sample import Query, Sample
+from ...seeds import check_seed
 
 __all__ = ["NUMBER_WORDS", "COLOUR_WORDS", "SHAPE_WORDS", "SIZE_WORDS", "REMOVAL_WORDS", "categorise",
            "primary_category", "CorruptedRetrieval", "WithCategories", "corrupt_query"]
@@ -108,7 +109,7 @@ class CorruptedRetrieval(Dataset):
         if self.shift.name == "clean":
             raise ShiftbenchError("CorruptedRetrieval needs a shift other than clean")
         self.severity = self.shift.check_severity(severity)
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.gallery = bool(gallery)
         if self.gallery and getattr(self.shift, "kind", "image") == "text":
             raise ShiftbenchError(f"gallery=True needs an image shift; {self.shift.name!r} corrupts text")

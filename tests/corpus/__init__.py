@@ -1,0 +1,1 @@
+"""The adversarial corpus: hostile and odd inputs, each with the outcome shiftbench must give (see case.py)."""
