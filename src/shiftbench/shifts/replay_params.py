@@ -60,22 +60,13 @@ def _reference(shift: Any, x: Any) -> dict[str, Any] | None:
         return None
 
 
+# JSON kinds as a message names them; bool before int (True is an int to Python)
+_KINDS = ((type(None), "null"), (bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+          (list, "a list"), (dict, "a mapping"))
+
+
 def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), f"a {type(value).__name__}")
 
 
 def _shape(value: Any) -> Any:
