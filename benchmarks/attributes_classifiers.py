@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     db = Store(args.store, create=False)
     try:

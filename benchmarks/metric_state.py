@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-from shiftbench.engine.evaluate import decode_state, encode_state
-from shiftbench.engine.store import canonical_json
 from shiftbench.metrics.base import OrderedMerge
 from shiftbench.registry import METRICS
+from shiftbench.results.codec import decode_state, encode_state
+from shiftbench.results.store import canonical_json
 
 
 def _image(rng, detections: int) -> tuple[dict, dict]:

@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--png", default=None, help="also keep the screenshot here")
     args = parser.parse_args(argv)
 
-    from shiftbench.engine.store import Store
     from shiftbench.report import build_report
+    from shiftbench.results.store import Store
 
     runs = args.run
     if runs is None:

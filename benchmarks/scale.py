@@ -151,7 +151,7 @@ def bench_evaluate(workers: int, quick: bool, severities: list[int] | None = Non
     import ray
 
     from shiftbench.engine.evaluate import evaluate
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     load_before = os.getloadavg()[0]
     spec = demo_classification_spec(quick, severities)

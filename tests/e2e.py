@@ -80,7 +80,7 @@ def row_key(rows: list[dict[str, Any]]) -> list[tuple]:
 def samples_key(db: Path) -> list[tuple]:
     """A store's per-sample values (every run) as comparable tuples: condition, metric, kind, ids and
     the values' bytes (exact: a resumed or distributed run stores the same floats)."""
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     with Store(db) as store:
         return sorted((s["model"], s["dataset"], s["shift"], json.dumps(s["params"], sort_keys=True), s["severity"],
@@ -117,7 +117,7 @@ def kill_and_resume(spec: dict[str, Any], tmp_path: Path, setup: str = "", model
     is resumed here with ``models`` (the objects ``setup`` builds in the child, built again by the caller).
     """
     import shiftbench as sb
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     ref = sb.evaluate(spec, store=tmp_path / "ref.db", models=models)
     total = len({(r["model"], r["shift"], json.dumps(r["params"]), r["severity"]) for r in ref})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from shiftbench.engine.store import ConditionKey, Store
+from shiftbench.results.store import ConditionKey, Store
 
 
 def expected_value(condition: int, batch: int) -> float:

@@ -1,5 +1,6 @@
-"""Analysis views (shiftbench.analysis): Grad-CAM against brute-force occlusion, background reliance on maps with
-a known answer, embeddings, and the spec's analysis: section through evaluate -> store -> report."""
+"""Analysis views (shiftbench.analysis; the step in engine/analysis.py): Grad-CAM against brute-force occlusion,
+background reliance on maps with a known answer, embeddings, and the spec's analysis: section through
+evaluate -> store -> report."""
 
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ def test_analysis_through_evaluate_store_and_report(tmp_path, caplog):
     db = tmp_path / "r.db"
     sb.evaluate(SPEC, store=db)
     assert "dummy_classifier" in caplog.text and "left out" in caplog.text  # said, not silently dropped
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     with Store(db) as store:
         run = store.runs()[0]["run_id"]
@@ -202,7 +203,7 @@ def test_analysis_through_evaluate_store_and_report(tmp_path, caplog):
 def test_a_run_killed_during_analysis_computes_it_on_resume_and_not_twice(tmp_path, monkeypatch):
     db = tmp_path / "r.db"
     spec = dict(SPEC, models=["efficientnet_lite0"], analysis={"views": ["reliance"], "limit": 4})
-    import shiftbench.analysis as analysis
+    import shiftbench.engine.analysis as analysis  # the step looks its functions up there
 
     def killed(*a, **k):
         raise KeyboardInterrupt  # what a kill in the middle of the step leaves: results, no analysis

@@ -29,10 +29,10 @@ from hypothesis import strategies as st
 import coco_synth
 from shiftbench.cli import main
 from shiftbench.datasets.coco import CocoInstances
-from shiftbench.engine.evaluate import decode_state, encode_state
 from shiftbench.errors import DatasetError, ShiftbenchError
 from shiftbench.metrics.detection import STAT_NAMES, BoxAP, MaskAP
 from shiftbench.models.base import Detections
+from shiftbench.results.codec import decode_state, encode_state
 
 pytest.importorskip("pycocotools")
 from pycocotools import mask as mask_utils  # noqa: E402

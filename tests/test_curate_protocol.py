@@ -13,8 +13,8 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.engine.curate import curated_indices
-from shiftbench.engine.store import Store
 from shiftbench.errors import SpecError
+from shiftbench.results.store import Store
 from shiftbench.spec import load_spec
 
 from e2e import kill_and_resume, report_tables

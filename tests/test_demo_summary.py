@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from shiftbench.engine.demo_run import _print_classification
+from shiftbench.demo.run import _print_classification
 
 
 def _row(model, shift, value, params=None, severity=5):

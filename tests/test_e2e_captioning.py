@@ -10,7 +10,7 @@ import pytest
 import shiftbench as sb
 import tiny_hub
 from e2e import kill_and_resume, report_tables, row_key
-from shiftbench.engine.store import Store
+from shiftbench.results.store import Store
 
 pytest.importorskip("transformers")
 

@@ -149,7 +149,7 @@ def test_thousand_non_wnid_folders_are_not_imagenet(tmp_path):
     zero = sb.evaluate(dict(base, models=["open_clip:tiny"]), store=tmp_path / "zero.db",
                        models={"open_clip:tiny": given})
     assert given.label_space.name == "imagenet1k" and given._class_features is None  # the caller's object untouched
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     store = Store(tmp_path / "zero.db")
     preds = store.predictions(zero[0]["run_id"])

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import tiny_hub
 from e2e import kill_and_resume, report_tables, row_key
 from shiftbench.cli import cli
-from shiftbench.engine.store import Store
+from shiftbench.results.store import Store
 from test_datasets_readers import make_cirr, write_image
 
 pytest.importorskip("transformers")

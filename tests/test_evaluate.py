@@ -14,8 +14,8 @@ import pytest
 
 import shiftbench as sb
 import tiny_registry  # noqa: F401
-from shiftbench.engine.store import Store
 from shiftbench.errors import ShiftbenchError, SpecError
+from shiftbench.results.store import Store
 from tiny_registry import TinyDataset
 
 HERE = Path(__file__).parent
@@ -207,8 +207,9 @@ def test_every_task_runs_through_the_runner(tmp_path):
 def test_metric_state_survives_the_store_round_trip(name, task):
     """Saving a metric's state after batch A (JSON, as the store keeps it) and continuing with batch B
     gives the same values as one metric that saw A and B."""
-    from shiftbench.engine.evaluate import _HANDLERS, decode_state, encode_state
+    from shiftbench.engine.evaluate import _HANDLERS
     from shiftbench.registry import METRICS
+    from shiftbench.results.codec import decode_state, encode_state
 
     from conftest import make_sample
 

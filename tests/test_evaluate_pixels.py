@@ -23,7 +23,7 @@ def spec(pixels: str, **extra) -> dict:
 
 
 def predictions(db) -> dict:
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     with Store(db) as store:
         run = store.runs()[0]["run_id"]
@@ -95,7 +95,7 @@ def test_cli_pixels_flag_and_bad_values(tmp_path, capsys):
     path.write_text(json.dumps(body))
     assert main(["evaluate", "--config", str(path), "--store", str(tmp_path / "r.db"), "--pixels", "device"]) == 0
     assert "result rows" in capsys.readouterr().out
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     with Store(tmp_path / "r.db") as store:
         rows = store.rows()

@@ -22,8 +22,8 @@ import pytest
 from PIL import Image
 
 from shiftbench.datasets.common import check_image_file
-from shiftbench.engine.store import Store
 from shiftbench.errors import ImageError
+from shiftbench.results.store import Store
 from shiftbench.sample import load_image
 
 from conftest import make_image

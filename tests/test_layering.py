@@ -1,5 +1,6 @@
 """Layering of the source tree: no module imports another module's private names, metrics hold no models
-(they take a registered model or features), and the encoders metrics use are registered models."""
+(they take a registered model or features), the encoders metrics use are registered models, and the results
+layer sits below both the engine that writes it and the report that reads it (DESIGN.md, fourth wave)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,68 @@ def test_the_scan_finds_private_imports(tmp_path):
     assert private_imports(tmp_path) == {("a.py", ".b", "_helper"), ("sub/c.py", "..b", "_Late")}
 
 
+def imported_parts(path: Path, root: Path, package: str = "shiftbench") -> set[str]:
+    """The first-level parts of ``package`` (``engine``, ``report``, ``errors``, ...) that one file imports,
+    relative or absolute, at any depth (a deferred import inside a function counts: it still ties the
+    modules together); ``__init__`` for the package itself."""
+    parts = [package, *path.relative_to(root).with_suffix("").parts]
+    base = parts[:-1]  # the package that holds the file (a package's __init__ is held by itself)
+    found: set[str] = set()
+    for _, module, names in _imports(path):
+        if module is None:
+            targets = names
+        else:
+            level = len(module) - len(module.lstrip("."))
+            full = module.lstrip(".")
+            if level:
+                full = ".".join(base[:len(base) - level + 1] + ([full] if full else []))
+            # `from shiftbench import errors` names the part; below the root the module alone decides it
+            targets = [f"{full}.{name}" for name in names] if full == package else [full]
+        for target in targets:
+            head, *rest = target.split(".")
+            if head == package:
+                found.add(rest[0] if rest else "__init__")
+    return found
+
+
+def reached(part: str, root: Path = SRC) -> dict[str, set[str]]:
+    """For each file of ``root/part``, the other first-level parts it imports."""
+    out = {}
+    for path in sorted((root / part).rglob("*.py")):
+        out[path.relative_to(root).as_posix()] = imported_parts(path, root) - {part}
+    return out
+
+
+def test_the_scan_resolves_imports_to_parts(tmp_path):
+    pkg = tmp_path / "report"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("def f():\n    from . import build\n    from .. import engine\n")
+    (pkg / "build.py").write_text("import shiftbench.results.store\nfrom ..engine.store import Store\n"
+                                  "def g():\n    from shiftbench import errors\n    from ...outside import x\n")
+    assert reached("report", tmp_path) == {"report/__init__.py": {"engine"},
+                                           "report/build.py": {"results", "engine", "errors"}}
+
+
+def test_the_report_reads_results_not_the_engine():
+    """report/ builds everything from the store, through the results layer: no import of the engine."""
+    found = {name: parts & {"engine", "demo", "cli"} for name, parts in reached("report").items()}
+    assert not {name: parts for name, parts in found.items() if parts}, f"report imports above its layer: {found}"
+
+
+def test_the_results_layer_imports_only_core_modules():
+    """results/ (store, artifact keys and readers, metric-state codec) sits above the core alone: never the
+    engine, the report or anything between."""
+    core = {"errors", "registry", "sample", "seeds", "files", "labelspace", "console"}
+    found = {name: parts - core for name, parts in reached("results").items()}
+    assert not {name: parts for name, parts in found.items() if parts}, f"results imports above the core: {found}"
+
+
+def test_the_engine_imports_no_report():
+    """The demo, which runs specs and builds the report, is the face layer's; the engine never reaches up."""
+    found = {name: parts & {"report", "demo", "cli"} for name, parts in reached("engine").items()}
+    assert not {name: parts for name, parts in found.items() if parts}, f"engine imports above its layer: {found}"
+
+
 def test_metrics_hold_no_models():
     """Model code (weights, inference libraries) lives in models/; a metric takes a model or features."""
     for path in sorted((SRC / "metrics").glob("*.py")):
@@ -62,6 +125,33 @@ def test_metrics_hold_no_models():
             if module and module.startswith("."):
                 roots = set()  # shiftbench's own modules
             assert not roots & MODEL_LIBRARIES, f"metrics/{path.name}:{node.lineno} imports {sorted(roots & MODEL_LIBRARIES)}"
+
+
+def _package_imports(package: str) -> set[tuple[str, str]]:
+    """(file, imported shiftbench part) for every import in ``package`` of another first-level part, deferred
+    ones included."""
+    found = set()
+    for path in sorted((SRC / package).rglob("*.py")):
+        depth = len(path.relative_to(SRC).parts) - 1  # packages between shiftbench and the file
+        for node, module, names in _imports(path):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                parts = ["shiftbench", *path.relative_to(SRC).parts[:depth]][: depth + 2 - node.level]
+                module = ".".join(parts + ([node.module] if node.module else []))
+            targets = [module] if module else names
+            for target in targets:
+                bits = target.split(".")
+                if bits[0] == "shiftbench" and len(bits) > 1 and bits[1] != package:
+                    found.add((path.relative_to(SRC).as_posix(), bits[1]))
+    return found
+
+
+def test_metrics_models_conditioning_are_acyclic():
+    """metrics below models below conditioning: metrics are pure (no model, shift, conditioning or engine
+    code; a model's features come in as an argument or a registered name), models use no conditioning."""
+    upward = {"models", "conditioning", "shifts", "training", "tasks", "engine", "report", "cli", "analysis", "spec"}
+    assert {(f, part) for f, part in _package_imports("metrics") if part in upward} == set()
+    assert {(f, part) for f, part in _package_imports("models") if part in upward - {"models"}} == set()
+    assert ("models/retrieval_training.py", "metrics") in _package_imports("models")  # the scan sees a real one
 
 
 def test_encoders_metrics_use_are_registered_models():
@@ -109,3 +199,16 @@ def test_minilm_model_is_the_encoder_text_similarity_uses():
     metric.update(texts[:1], texts[1:])
     cos = float(emb[0] @ emb[1] / np.linalg.norm(emb[0]) / np.linalg.norm(emb[1]))
     assert metric.compute()["text_similarity"] == pytest.approx(cos, abs=1e-6)
+
+
+def test_the_runners_share_the_kernel_and_the_spec_sits_below_the_engine():
+    """engine/kernel.py holds what the evaluation and retrieval runners share (conditions, state keys, restore,
+    units, per-sample records): the kernel, the retrieval runner and the steps after a run never import the
+    evaluation runner, which dispatches to retrieval in one direction. spec.py checks every section (the
+    analysis views included) without the engine or the analysis step."""
+    for name in ("kernel", "retrieval", "quality", "analysis"):
+        path = SRC / "engine" / f"{name}.py"
+        for node, module, names in _imports(path):
+            assert "evaluate" not in [*(module or "").split("."), *names], \
+                f"engine/{name}.py:{node.lineno} imports the evaluation runner"
+    assert not imported_parts(SRC / "spec.py", SRC) & {"engine", "analysis", "report", "results"}

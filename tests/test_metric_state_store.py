@@ -14,9 +14,10 @@ import pytest
 import shiftbench as sb
 import tiny_registry  # noqa: F401
 from shiftbench.datasets.base import Dataset
-from shiftbench.engine.evaluate import STATE_FORMAT, STATE_FORMAT_KEY, decode_state, encode_state
-from shiftbench.engine.store import Store
+from shiftbench.engine.kernel import STATE_FORMAT, STATE_FORMAT_KEY
 from shiftbench.registry import DATASETS, METRICS
+from shiftbench.results.codec import decode_state, encode_state
+from shiftbench.results.store import Store
 
 from conftest import make_sample
 

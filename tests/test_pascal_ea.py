@@ -122,8 +122,8 @@ def test_quality_table_groups_by_family(tmp_path):
 
 def test_runner_and_report_end_to_end(tmp_path):
     """A real run: dummy segmenter on `objects` under two attribute edits, then the report from the store."""
-    from shiftbench.engine.store import Store
     from shiftbench.report import build_report
+    from shiftbench.results.store import Store
 
     spec = {"name": "pea_test", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
             "limit": 3, "shifts": ["clean", {"name": "attribute_color", "params": {"color": "pink"}, "severities": [5]},
@@ -209,12 +209,12 @@ def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch
     import re
 
     import shiftbench.engine.evaluate as engine_evaluate
+    import shiftbench.engine.quality as engine_quality
     import shiftbench.metrics.quality as quality
-    import shiftbench.models.features as features
     from e2e import report_tables
-    from shiftbench.engine.quality import stored_quality_rows
-    from shiftbench.engine.store import Store
     from shiftbench.registry import MODELS
+    from shiftbench.results.artifacts import stored_quality_rows
+    from shiftbench.results.store import Store
 
     spec = {"name": "pea_q", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],
             "limit": 3, "shifts": ["clean", {"name": "attribute_pattern", "params": {"pattern": "striped"}, "severities": [5]}],
@@ -228,8 +228,8 @@ def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch
     def forbidden(*args, **kwargs):
         raise AssertionError("the report ran a model")
 
-    for module, name in ((quality, "evaluate_quality"), (quality, "create_feature_net"),
-                         (features, "create_feature_net"), (engine_evaluate, "evaluate"), (sb, "evaluate"),
+    for module, name in ((engine_quality, "evaluate_quality"), (quality, "create_feature_net"),
+                         (engine_evaluate, "evaluate"), (sb, "evaluate"),
                          (PixelFeatures, "features")):
         monkeypatch.setattr(module, name, forbidden)
     monkeypatch.setattr(MODELS, "create", forbidden)

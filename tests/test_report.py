@@ -84,8 +84,8 @@ def test_html_escapes_data_strings(report_dir):
 
 
 def test_report_needs_a_store_with_results(tmp_path):
-    from shiftbench.engine.store import Store
     from shiftbench.errors import ShiftbenchError
+    from shiftbench.results.store import Store
 
     with pytest.raises(ShiftbenchError, match="store not found"):
         build_report(tmp_path / "none.db", tmp_path / "o")
@@ -257,10 +257,10 @@ def test_no_markdown_in_visible_text(demo_like):
 
 def test_headline_numbers_are_the_rows(demo_like):
     """Reference: the headline's numbers recomputed by hand from the stored rows."""
-    from shiftbench.engine.store import Store
     from shiftbench.metrics.robustness import mean_corruption_error, relative_mean_corruption_error
     from shiftbench.report.headline import headline
     from shiftbench.report.tables import build_tables
+    from shiftbench.results.store import Store
 
     with Store(demo_like["store"], create=False) as db:
         rows = db.rows(demo_like["runs"][0])
@@ -375,8 +375,8 @@ class _FakeUncertainty:
 
 
 def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_path, monkeypatch):
-    from shiftbench.engine.store import Store
     from shiftbench.report import build as build_mod
+    from shiftbench.results.store import Store
 
     spec = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
             "shifts": ["clean", {"name": "_test_noise", "severities": [2, 4]}], "metrics": ["top1"], "batch_size": 10}
@@ -395,10 +395,10 @@ def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_pat
 def test_models_compared_pairwise_on_the_same_samples(demo_like):
     """The headline's model comparison: each model minus the first on the same images, its CI holding the
     difference, and the clean difference equal to the difference of the stored clean values."""
-    from shiftbench.engine.store import Store
     from shiftbench.report.headline import headline
     from shiftbench.report.stats import Uncertainty
     from shiftbench.report.tables import build_tables
+    from shiftbench.results.store import Store
 
     with Store(demo_like["store"], create=False) as db:
         rows = db.rows(demo_like["runs"][0])

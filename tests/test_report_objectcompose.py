@@ -350,10 +350,10 @@ def test_mixed_scenes_through_evaluate_store_and_report(tmp_path):
     assert "BG-Gap (Mixed-Same minus Mixed-Rand)" in md and f"{100 * g['gap']:+.1f}" in md
     html = (tmp_path / "report" / "report.html").read_text()
     assert "BG-Gap" in html
-    from shiftbench.engine.store import Store
     from shiftbench.report.headline import headline
     from shiftbench.report.stats import Uncertainty
     from shiftbench.report.tables import build_tables
+    from shiftbench.results.store import Store
 
     db = Store(tmp_path / "bg.db", create=False)
     try:

@@ -10,8 +10,8 @@ import numpy as np
 import shiftbench as sb
 import tiny_registry  # noqa: F401  (registers _test_tiny)
 from e2e import report_tables
-from shiftbench.engine.store import Store
 from shiftbench.registry import SHIFTS, Entry
+from shiftbench.results.store import Store
 from shiftbench.shifts.base import ImageShift
 
 

@@ -13,10 +13,10 @@ from cir_fakes import ColourGridEncoder, HashedWordsEncoder, SharedModel, fake_r
 from shiftbench.datasets.objects_cir import ObjectsCIR
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.engine.retrieval import GalleryIndex, validate_queries
-from shiftbench.engine.store import Store
 from shiftbench.errors import ShiftbenchError
 from shiftbench.models.retrieval import Combiner, ImageOnly, SumFusion, TextOnly, load_checkpoint
 from shiftbench.registry import SHIFTS
+from shiftbench.results.store import Store
 from shiftbench.sample import Query, Sample
 from shiftbench.shifts.retrieval import CorruptedRetrieval, WithCategories
 

@@ -9,7 +9,7 @@ import tiny_hub
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
 from e2e import kill_and_resume, row_key, samples_key
 from shiftbench.engine.evaluate import evaluate
-from shiftbench.engine.store import Store
+from shiftbench.results.store import Store
 from test_datasets_readers import make_cirr, write_image
 
 pytest.importorskip("transformers")

@@ -15,9 +15,9 @@ from cir_fakes import fake_retrievers
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.engine.retrieval import (GalleryCache, _default_similarity, _gammas, _results, _shifted_queries,
                                          retrieve, run_retrieval, setup_retrieval, subset_ranks)
-from shiftbench.engine.store import Store
 from shiftbench.metrics.retrieval import RECALL_KS
 from shiftbench.registry import SHIFTS
+from shiftbench.results.store import Store
 from shiftbench.spec import load_spec
 
 SPEC = {"dataset": "objects-cir", "dataset_params": {"split": "val"},
@@ -43,7 +43,7 @@ def _one_pass(spec: dict, models: dict) -> list:
     out, clean = [], {}
     for s in parsed.shifts:
         for severity in s.severities:
-            from shiftbench.engine.evaluate import Condition
+            from shiftbench.engine.kernel import Condition
 
             cond = Condition(s.name, dict(s.params), severity, SHIFTS.create(s.name, **s.params))
             shifted = _shifted_queries(queries, cond, parsed.seed)

@@ -17,8 +17,8 @@ from PIL import Image
 import shiftbench as sb
 import tiny_registry  # noqa: F401
 from shiftbench.engine import identity
-from shiftbench.engine.store import Store
 from shiftbench.errors import StoreError
+from shiftbench.results.store import Store
 
 from e2e import row_key
 

@@ -34,10 +34,10 @@ from shiftbench.datasets import objects
 from shiftbench.datasets.objects import ObjectsDataset
 from shiftbench.datasets.objects_cir import ObjectsCIR
 from shiftbench.engine.generate import CONFIG, generate
-from shiftbench.engine.store import Store
 from shiftbench.errors import SeedError, ShiftbenchError, SpecError
 from shiftbench.models.dummy import DummyClassifier
 from shiftbench.models.retrieval_training import train_retrievers
+from shiftbench.results.store import Store
 from shiftbench.seeds import SEED_MAX, check_seed, parse_seed
 from shiftbench.shifts.base import derive_seed, make_rng
 from shiftbench.spec import load_spec

@@ -272,7 +272,7 @@ def test_a_remap_moves_the_scored_labels(folder, tmp_path, perm):
     label_map = {c: CLASSES[p] for c, p in zip(CLASSES, perm)}
     store = tmp_path / f"m{next(_counter)}.db"
     rows = evaluate(base(folder, label_map=label_map, log_samples=True), store=store)
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     with Store(store, create=False) as db:
         records = {p["sample_id"]: p["prediction"] for p in db.predictions(rows[0]["run_id"])}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.engine.store import ConditionKey, Store
 from shiftbench.errors import StoreError
+from shiftbench.results.store import ConditionKey, Store
 
 from e2e import count_in
 from store_writer import expected_value
@@ -207,3 +207,14 @@ def test_a_store_made_before_per_sample_values_opens_and_has_none(tmp_path):
         cid2 = old.condition(run, ConditionKey("m", "d", "noise", {}, 1))
         old.finish_condition(cid2, {"top1": (1.0, 1)}, samples={"top1": ("mean", ["a"], np.ones(1))})
         assert [s["shift"] for s in old.samples(run)] == ["noise"]
+
+
+def test_results_layer_doctests():
+    """The examples in the results layer's modules (params keys, artifact keys, the metric-state codec,
+    identity changes) run as written."""
+    import doctest
+
+    from shiftbench.results import artifacts, codec, identity, store
+
+    for module in (store, artifacts, codec, identity):
+        assert doctest.testmod(module).failed == 0, module.__name__

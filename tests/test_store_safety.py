@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.engine.store import ConditionKey, Store
 from shiftbench.errors import StoreError
+from shiftbench.results.store import ConditionKey, Store
 
 WORKERS = 20
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # to end a run whose machine has stalled, and every child is killed before the test returns.
 WRITER = r"""
 import json, os, sys, time
-from shiftbench.engine.store import ConditionKey, Store
+from shiftbench.results.store import ConditionKey, Store
 path, index, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 open(os.path.join(gate, f"ready-{index}"), "w").close()
 for _ in range(60000):

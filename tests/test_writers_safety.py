@@ -402,7 +402,7 @@ def test_evaluate_onto_a_damaged_store_works_or_is_one_line(capsys, small_store,
 
 def _lacking_columns(path: Path) -> None:
     """A store whose results table lacks its value column (a hand edit, another tool's schema)."""
-    from shiftbench.engine.store import Store
+    from shiftbench.results.store import Store
 
     Store(path).close()
     with sqlite3.connect(path) as conn:

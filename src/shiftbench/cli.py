@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from .console import print_table
+from .engine import DEFAULT_SHARD
 from .errors import ShiftbenchError
 from .seeds import parse_seed
 
@@ -162,7 +163,7 @@ def env_cmd(as_json: bool) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="CPUs of the local Ray cluster the ray engine starts (default: all).")
 @click.option("--shard-size", type=click.IntRange(min=1), default=None,
-              help="Samples per unit of the ray engine (whole batches; default 256).")
+              help=f"Samples per unit of the ray engine (whole batches; default {DEFAULT_SHARD}).")
 @click.option("--pixels", type=click.Choice(["auto", "device", "cpu"]), default=None,  # spec.PIXELS (not imported: CLI start-up)
               help="Where corruptions run: auto (default: on the models' GPU when every model is a torch "
                    "classifier there), device (the models' device, whatever it is) or cpu.")
@@ -198,7 +199,7 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
 def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
     """Everything the run does before its first model call (engine.evaluate.prepare), then the plan."""
     from .engine.evaluate import prepare
-    from .engine.store import Store
+    from .results.store import Store
 
     engine = dict(spec.engine or {})
     if engine.get("name") == "ray":  # Ray importable and the cluster answering, as the run would check
@@ -249,8 +250,8 @@ def _print_plan(plan, store: str) -> None:
             "samples) of every condition")
     engine = dict(spec.engine or {})
     if engine.get("name") == "ray":
-        say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of {engine.get('shard_size', 256)} "
-            f"samples in whole batches of {spec.batch_size})")
+        say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of "
+            f"{engine.get('shard_size', DEFAULT_SHARD)} samples in whole batches of {spec.batch_size})")
     print_table(console, table)
 
 
@@ -352,7 +353,7 @@ def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | N
 @click.option("--all-runs", is_flag=True, help="Every run of the store, one section each.")
 def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
     """Build tables and an HTML report from a results store (never re-runs models)."""
-    from .engine.store import Store
+    from .results.store import Store
     from .report import build_report
 
     if all_runs:
@@ -367,7 +368,7 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
 @click.option("--quick", is_flag=True, help="A smaller run (about 2 minutes).")
 def demo_cmd(out: str, quick: bool) -> None:
     """Run the bundled benchmark on built-in data with the bundled models and write a report."""
-    from .engine.demo import run_demo
+    from .demo import run_demo
 
     run_demo(out, quick=quick)
 

@@ -54,6 +54,7 @@ ANALYSIS_KEYS = {
     "models": "model labels of the spec to analyse (default: every torch classifier of the spec)",
     "target": "the class Grad-CAM explains: predicted (default) or label (the sample's own class)",
 }
+ANALYSIS_VIEWS = ("gradcam", "reliance", "embedding")  # the views of the analysis step (engine/analysis.py)
 CURATE_KEYS = {
     "models": "classifiers that must all be right on clean: model labels of the spec or registered names "
               "(default: every model of the spec)",
@@ -214,8 +215,6 @@ def _switch_section(value: Any, keys: Any, where: str) -> dict[str, Any] | None:
 
 def _parse_analysis(value: Any, source: str | None) -> dict[str, Any] | None:
     """``analysis: true`` or ``analysis: {views, samples, limit, models, target}``, checked, defaults filled in."""
-    from .analysis import ANALYSIS_VIEWS
-
     where = _where(source, "analysis")
     value = _switch_section(value, ANALYSIS_KEYS, where)
     if value is None:

@@ -10,13 +10,13 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from shiftbench.engine.evaluate import decode_state, encode_state
 from shiftbench.errors import ShiftbenchError
 from shiftbench.metrics import OrderedMerge
 from shiftbench.metrics.base import exact_add, exact_value
 from shiftbench.metrics.detection import RLEMasks, coco_evaluate
 from shiftbench.models.features import Features
 from shiftbench.registry import METRICS
+from shiftbench.results.codec import decode_state, encode_state
 
 N_ITEMS = 23  # per fixture: enough for splits with several non-empty and empty parts
 

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from shiftbench.engine.evaluate import decode_state, encode_state, sample_records
+from shiftbench.engine.kernel import sample_records
 from shiftbench.metrics.segmentation import confusion_matrix, mean_iou
 from shiftbench.registry import METRICS
+from shiftbench.results.codec import decode_state, encode_state
 from sample_statistic import statistic
 
 N = 37

@@ -47,8 +47,8 @@ from .imagenet import NUM_CLASSES, class_names as imagenet_class_names
 __all__ = [
     "ALPHA_THRESHOLD", "CONTEXTS", "Placement", "ObjectInfo", "SceneInfo", "ObjectsDataset", "object_ids", "scene_ids",
     "congruent_scenes", "incongruent_scenes", "is_congruent",
-    "object_info", "scene_info", "cutout", "scene", "random_placement", "layer", "background_image", "composite",
-    "render", "render_many",
+    "object_info", "scene_info", "cutout", "scene", "scene_on_canvas", "canvas_size", "random_placement", "layer",
+    "background_image", "composite", "render", "render_many",
 ]
 
 ALPHA_THRESHOLD = 128
@@ -103,7 +103,7 @@ class Placement:
             object.__setattr__(self, name, int(value))
         if self.width < 1 or self.height < 1:
             raise ShiftbenchError(f"placement size must be >= 1 px, got {self.width}x{self.height}")
-        object.__setattr__(self, "canvas", _canvas(self.canvas))
+        object.__setattr__(self, "canvas", canvas_size(self.canvas))
         object.__setattr__(self, "flip", bool(self.flip))
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,7 +126,12 @@ class Placement:
                          self.canvas, self.flip)
 
 
-def _canvas(size: Any) -> tuple[int, int]:
+def canvas_size(size: Any) -> tuple[int, int]:
+    """The (height, width) of a canvas given as an int (a square) or a pair, each side checked to 8..8192 px.
+
+    >>> canvas_size(224), canvas_size((120, 160))
+    ((224, 224), (120, 160))
+    """
     if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
         size = (int(size), int(size))
     try:
@@ -237,13 +242,12 @@ def cutout(object_id: str) -> np.ndarray:
     return _cutout(object_id).copy()
 
 
-def _scene(scene_id: str) -> np.ndarray:
-    return _read_png(scene_info(scene_id).file, "RGB")
-
-
-def scene(scene_id: str) -> np.ndarray:
-    """The scene photo as stored (HxWx3 uint8, short side at most 320 px), a fresh copy."""
-    return _scene(scene_id).copy()
+def scene(scene_id: str, copy: bool = True) -> np.ndarray:
+    """The scene photo as stored (HxWx3 uint8, short side at most 320 px): a fresh copy, or with
+    ``copy=False`` the process's one decoded array, read-only (no copy made: for readers that crop or
+    resize it into a new array)."""
+    photo = _read_png(scene_info(scene_id).file, "RGB")
+    return photo.copy() if copy else photo
 
 
 # -- geometry and compositing ---------------------------------------------------------------------------
@@ -254,7 +258,7 @@ def random_placement(object_id: str, canvas: Any = DEFAULT_SIZE, rng: np.random.
     shorter side, the aspect ratio is kept, the object lies wholly inside the canvas, mirrored with p = 0.5
     (if ``flip``). ``min_bottom`` (a fraction of the height) keeps the object's bottom edge at or below that
     line, so it stands on the ground of the scene. Draws, in order: scale, x, y, flip."""
-    h, w = _canvas(canvas)
+    h, w = canvas_size(canvas)
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     lo, hi = (float(v) for v in scale_range)
     if not 0 < lo <= hi <= 1:
@@ -325,8 +329,11 @@ def _cover(image: np.ndarray, canvas: tuple[int, int]) -> np.ndarray:
 
 
 @lru_cache(maxsize=64)
-def _scene_on_canvas(scene_id: str, canvas: tuple[int, int]) -> np.ndarray:
-    arr = np.ascontiguousarray(_cover(_scene(scene_id), canvas))
+def scene_on_canvas(scene_id: str, canvas: tuple[int, int]) -> np.ndarray:
+    """The scene resized to cover ``canvas`` (height, width; aspect kept, bilinear) and centre-cropped:
+    HxWx3 uint8, read-only and cached per (scene, canvas), so every sample of one size shares it; copy it
+    before writing (:func:`background_image` does)."""
+    arr = np.ascontiguousarray(_cover(scene(scene_id, copy=False), canvas))
     arr.setflags(write=False)
     return arr
 
@@ -350,10 +357,10 @@ def background_image(background: Any, canvas: Any = DEFAULT_SIZE) -> np.ndarray:
     names); an (r, g, b) triple of 0..255 ints; or an image array / PIL image (a texture, another photo),
     used as is when it has the canvas size, else resized to cover and centre-cropped.
     """
-    h, w = _canvas(canvas)
+    h, w = canvas_size(canvas)
     if isinstance(background, str):
         if background in _scenes():
-            return _scene_on_canvas(background, (h, w)).copy()
+            return scene_on_canvas(background, (h, w)).copy()
         from PIL import ImageColor
 
         try:
@@ -482,7 +489,7 @@ class ObjectsDataset(Dataset):
                  objects: Any = None, scenes: Any = None, scale_range: Sequence[float] = DEFAULT_SCALE_RANGE,
                  flip: bool = True, context: str = "natural"):
         self.seed = check_seed(seed, "objects: seed")
-        self.canvas = _canvas(size)
+        self.canvas = canvas_size(size)
         self.object_list = self._select("object", objects, object_ids())
         self.scene_list = self._select("scene", scenes, scene_ids())
         n_scenes = len(self.scene_list)

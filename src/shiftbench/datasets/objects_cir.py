@@ -223,7 +223,7 @@ class ObjectsCIR(Dataset):
         self.seed = check_seed(seed, "objects-cir: seed")
         self.split = split
         self.object_list = split_objects(split, split_seed)
-        self.canvas = objects._canvas(size)
+        self.canvas = objects.canvas_size(size)
         repeats = (2 if split == "train" else 1) if repeats is None else repeats
         if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= 20:
             raise ShiftbenchError(f"objects-cir: repeats must be an int in 1..20, got {repeats!r}")

@@ -162,43 +162,10 @@ class ParquetImages(ReaderDataset):
                 raise ShiftbenchError(f"parquet: {what} {name!r} is not a column of {self._parts[0].path} "
                                       f"(columns: {self._describe(columns)})")
         self.id_column, self.caption_column = id_column, caption_column
-
-        names: list[str] | None = None
-        self._classes_source = None
-        if isinstance(classes, (str, Path)):
-            names, self._classes_source = read_classes_file(Path(classes).expanduser()), str(classes)
-        elif classes is not None:
-            names, self._classes_source = [str(c) for c in classes], "classes="
-        elif self.label_column is not None:
-            names = _class_label_names(features.get(self.label_column), f"{shown(self._parts[0].path)} features "
-                                       f"of {self.label_column!r}")
-            self._classes_source = "ClassLabel" if names else None
-
+        names = self._class_names(classes, features)
         # the index: (part, row) of every usable record, its label; labels and ids are small columns
         bad: list[tuple[str, str]] = []
-        where = [(k, r) for k, part in enumerate(self._parts) for r in range(part.num_rows)]
-        raw: list[Any] = []
-        if self.label_column is not None:
-            for part in self._parts:
-                raw.extend(part.column(self.label_column))
-            keep = []
-            for i, value in enumerate(raw):
-                if value is None:
-                    bad.append((self._where(*where[i]), f"no label (null {self.label_column})"))
-                else:
-                    keep.append(i)
-            where, raw = [where[i] for i in keep], [raw[i] for i in keep]
-            self._coder: LabelCoder | None = LabelCoder.build(raw, names, name=f"parquet:{self._folder.name}")
-            labels = coded(raw, self._coder, lambda i: self._where(*where[i]), bad)
-            keep = [i for i, v in enumerate(labels) if v is not None]
-            where, labels = [where[i] for i in keep], [labels[i] for i in keep]
-            self.label_space = self._coder.space
-            self.num_classes = self.label_space.num_classes
-            self.class_names = self._coder.class_names
-        else:
-            self._coder = None
-            labels = [-1] * len(where)
-            self.annotations = ()
+        where, labels = self._labelled_rows(names, bad)
         self._ids = self._read_ids(id_column, where) if id_column is not None else None
         self._cache: tuple[tuple[int, int], Any] | None = None  # ((part, row group), image column) of the last read
         self._table: tuple[int, Any] | None = None  # (part, memory-mapped Arrow table) of the last read
@@ -214,6 +181,49 @@ class ParquetImages(ReaderDataset):
         self.label_source = self._coder.source if self._coder else "none"
         self.description = (f"{kind} {self.root} ({len(self._parts)} file(s), {len(self)} rows, "
                             f"{self.label_source} labels)")
+
+    def _class_names(self, classes: Sequence[str] | str | None, features: dict[str, Any]) -> list[str] | None:
+        """The class names given (a file, a list) or declared by a Hugging Face ClassLabel, or None; sets where
+        they came from."""
+        names: list[str] | None = None
+        self._classes_source = None
+        if isinstance(classes, (str, Path)):
+            names, self._classes_source = read_classes_file(Path(classes).expanduser()), str(classes)
+        elif classes is not None:
+            names, self._classes_source = [str(c) for c in classes], "classes="
+        elif self.label_column is not None:
+            names = _class_label_names(features.get(self.label_column), f"{shown(self._parts[0].path)} features "
+                                       f"of {self.label_column!r}")
+            self._classes_source = "ClassLabel" if names else None
+        return names
+
+    def _labelled_rows(self, names: list[str] | None,
+                       bad: list[tuple[str, str]]) -> tuple[list[tuple[int, int]], list[int]]:
+        """(part, row) of every record with a usable label, and its label (-1 without a label column); sets the
+        label coder and space. A null or unknown label leaves the index and joins ``bad``."""
+        where = [(k, r) for k, part in enumerate(self._parts) for r in range(part.num_rows)]
+        if self.label_column is None:
+            self._coder: LabelCoder | None = None
+            self.annotations = ()
+            return where, [-1] * len(where)
+        raw: list[Any] = []
+        for part in self._parts:
+            raw.extend(part.column(self.label_column))
+        keep = []
+        for i, value in enumerate(raw):
+            if value is None:
+                bad.append((self._where(*where[i]), f"no label (null {self.label_column})"))
+            else:
+                keep.append(i)
+        where, raw = [where[i] for i in keep], [raw[i] for i in keep]
+        self._coder = LabelCoder.build(raw, names, name=f"parquet:{self._folder.name}")
+        labels = coded(raw, self._coder, lambda i: self._where(*where[i]), bad)
+        keep = [i for i, v in enumerate(labels) if v is not None]
+        where, labels = [where[i] for i in keep], [labels[i] for i in keep]
+        self.label_space = self._coder.space
+        self.num_classes = self.label_space.num_classes
+        self.class_names = self._coder.class_names
+        return where, labels
 
     def _verify(self, verify: str, bad: list[tuple[str, str]]) -> None:
         """Check every record's image bytes by ``verify``; a bad one leaves the index and joins ``bad``."""

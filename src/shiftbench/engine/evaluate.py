@@ -32,68 +32,26 @@ import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
 from ..metrics.base import OrderedMerge
-from ..registry import METRICS, MODELS, SHIFTS
+from ..registry import METRICS, MODELS
 from ..sample import Sample
 from ..seeds import check_seed
 from ..spec import Spec, load_spec
+from ..results.artifacts import CURATION_ARTIFACT, SKIPPED_ARTIFACT, thumb_key
+from ..results.codec import decode_state, encode_state
+from ..results.store import Store, params_key
+from .kernel import (COUNT_KEY, IDS_KEY, SKIPPED_KEY, STATE_FORMAT, STATE_FORMAT_KEY, Condition, Plan,
+                     batches_needed, batches_per_unit, condition_ids, current_batches, finish_complete,
+                     open_condition, plan_conditions, sample_records, shard_units, start_run)
 from .pixels import DeviceBatch, tensor_path
-from .store import ConditionKey, Store
 
 if TYPE_CHECKING:
     from .engines import WorkerSetup
 
 GRID_SAMPLES = 4  # per condition, kept as thumbnails with every model's prediction for the report
 THUMB = 96
-# every saved batch carries this key: its metric states are of that batch alone and merge. A store
-# written before (each batch holding the cumulative state) lacks it, and such a partial condition is
-# recomputed rather than mis-merged
-STATE_FORMAT_KEY = "__state_format__"
-STATE_FORMAT = "batch-merge/1"
-COUNT_KEY = "__n__"  # samples scored in the batch (fewer than its size when a shift failed on one, on_error: skip)
-SKIPPED_KEY = "__skipped__"  # [[sample id, reason], ...] left out of the batch
-CURATION_ARTIFACT = "curation.json"  # the spec's curate: section, what it kept (report/build.py reads it)
-IDS_KEY = "__ids__"  # ids of the samples scored in the batch, in data order (the per-sample values' ids)
 SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
-DEFAULT_SHARD = 256  # samples per unit of the ray engine (rounded down to whole batches, at least one)
 
 log = logging.getLogger("shiftbench")
-
-
-@dataclass
-class Condition:
-    """One planned condition of a run: a shift (``clean`` included) with its params and severity."""
-
-    shift_name: str
-    params: dict[str, Any]
-    severity: int
-    shift: Any
-    index: int | None = None  # the entry of the spec's shifts list it comes from (for messages)
-
-
-@dataclass
-class Plan:
-    """A run set up and checked, nothing run: the dataset opened, every model loaded, the metrics
-    checked against each model's task, every shift created with its conditioning (mask providers,
-    captioners, pipelines) loaded, and every condition's params drawn on the first batch (what a shift asks
-    of a sample: a mask, contexts, a caption, a size). ``prepare`` builds it for the real run and for
-    ``--dry-run`` alike, so a dry run that passes means the first batch of every condition can run."""
-
-    spec: Spec
-    dataset: Any
-    models: dict[str, Any]
-    metrics: dict[str, list[str]]
-    conditions: list[Condition]
-    retrieval: Any = None  # the composed-retrieval setup (engine/retrieval.py) for a spec of retrievers
-
-    @property
-    def samples(self) -> int:
-        return self.retrieval.n_queries if self.retrieval is not None else len(self.dataset)
-
-    def identity(self) -> dict[str, Any]:
-        """What besides the spec decides the numbers (engine/identity.py): version, weights, data, ids."""
-        from .identity import run_identity
-
-        return run_identity(self.spec, self.dataset, self.models)
 
 
 def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
@@ -161,7 +119,7 @@ def evaluate(
         from .quality import run_quality
 
         run_quality(plan, db, runner.run_id, progress)  # the spec's quality: section, stored for the report
-        from ..analysis import run_analysis
+        from .analysis import run_analysis
 
         run_analysis(plan, db, runner.run_id, progress)  # the spec's analysis: section (Grad-CAM, reliance, t-SNE)
         return rows
@@ -302,11 +260,7 @@ class _Runner:
         metrics = self._metrics(models)
         if spec.curate and self.given_dataset is None:  # a worker gets the driver's curated dataset
             dataset = self._curate(dataset, models)
-        conditions = []
-        for s in spec.shifts:
-            shift = SHIFTS.create(s.name, **s.params)
-            for severity in s.severities:
-                conditions.append(Condition(s.name, dict(s.params), severity, shift, s.index))
+        conditions = plan_conditions(spec)
         first = [dataset.load(i) for i in range(min(spec.batch_size, len(dataset)))]
         checked = self.given_dataset is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
         if checked:  # a sample without what a shift needs (a mask, contexts, a caption) is said before any loading
@@ -389,8 +343,6 @@ class _Runner:
 
     # -- the run ------------------------------------------------------------------------------
     def run(self, plan: Plan | None = None) -> list[dict[str, Any]]:
-        from .provenance import git_hash, versions
-
         plan = plan or self.prepare()
         spec = self.spec
         if plan.retrieval is not None:  # composed retrieval (issue 9) runs its own loop in engine/retrieval.py
@@ -400,10 +352,7 @@ class _Runner:
                                  setup=plan.retrieval, new_run=self.new_run, on_start=self._started,
                                  on_batch=self.on_batch, engine=self.engine)
         dataset, models, metrics, conditions = plan.dataset, plan.models, plan.metrics, plan.conditions
-        dataset_name = spec.dataset
-        run_id = self.store.start_run(spec.raw, spec.seed, run_id=self.requested_run_id, versions=versions(),
-                                      git_hash=git_hash(), name=spec.name, identity=plan.identity(),
-                                      new_run=self.new_run)
+        run_id = start_run(self.store, spec, plan.identity(), self.requested_run_id, self.new_run)
         self._started(run_id)
         self._record_skipped(run_id)
         curation = getattr(self, "curation", None)
@@ -412,8 +361,7 @@ class _Runner:
         n = self._n_samples = len(dataset)
         batch = spec.batch_size
         n_batches = (n + batch - 1) // batch
-        cids = {(m, i): self.store.condition(run_id, ConditionKey(m, dataset_name, c.shift_name, c.params, c.severity))
-                for m in models for i, c in enumerate(conditions)}
+        cids = condition_ids(self.store, run_id, spec.dataset, models, conditions)
         todo_total = sum(n for cid in cids.values() if not self.store.is_done(cid))
         if self.engine.get("name", "local") == "ray":
             with _Progress(self.progress, todo_total) as bar:
@@ -422,9 +370,10 @@ class _Runner:
             return self.store.rows(run_id)
         with _Progress(self.progress, todo_total) as bar, ThreadPoolExecutor(1) as loader:
             for ci, cond in enumerate(conditions):
-                pending, restored, batches = self._open_condition(ci, cond, plan, cids, n_batches)
-                if not pending:
+                restored = self._open_condition(ci, cond, plan, cids)
+                if not restored:
                     continue
+                batches = batches_needed(n_batches, (held.saved for held in restored.values()))
                 future: Future | None = None
                 for k, b in enumerate(batches):
                     if future is None:
@@ -432,28 +381,25 @@ class _Runner:
                     samples, skipped, pixels = future.result()
                     future = (loader.submit(self._load_batch, dataset, cond, batches[k + 1], batch)
                               if k + 1 < len(batches) else None)
-                    for m, cid in pending.items():
-                        if b in restored[m].saved:
+                    for m, held in restored.items():
+                        if b in held.saved:
                             continue
                         scored = self._score(m, models[m], metrics[m], b, samples, skipped, pixels)
                         if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
                             self._save_thumbnails(run_id, self._thumbnails(cond, _grid(samples, pixels)))
-                        self._save_scored(cid, scored, restored[m])
+                        self._save_scored(cids[(m, ci)], scored, held)
                         bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
                         if self.on_batch:
                             self.on_batch(m, b)
-                for m, cid in pending.items():
-                    self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
+                for m, held in restored.items():
+                    self._finish_restored(models[m], metrics[m], cids[(m, ci)], held, n_batches)
         self.store.finish_run(run_id)
         return self.store.rows(run_id)
 
-    def _open_condition(self, ci: int, cond: Condition, plan: Plan, cids: dict,
-                        n_batches: int) -> tuple[dict[str, int], dict[str, "_Restored"], list[int]]:
-        """The models that still need condition ``ci``, their restored mergers, and the batches any of them needs."""
-        pending = {m: cids[(m, ci)] for m in plan.models if not self.store.is_done(cids[(m, ci)])}
-        restored = {m: self._restore(m, plan.metrics[m], cid, cond) for m, cid in pending.items()}
-        needed = [b for b in range(n_batches) if any(b not in restored[m].saved for m in pending)]
-        return pending, restored, needed
+    def _open_condition(self, ci: int, cond: Condition, plan: Plan, cids: dict) -> dict[str, "_Restored"]:
+        """The models that still need condition ``ci``, each with its restored mergers."""
+        return open_condition(self.store, cids, ci, plan.models,
+                              lambda m, cid: self._restore(m, plan.metrics[m], cid, cond))
 
     # -- the ray engine -------------------------------------------------------------------------
     def _run_distributed(self, plan: Plan, run_id: str, cids: dict, n_batches: int, bar: "_Progress") -> None:
@@ -467,9 +413,7 @@ class _Runner:
         from .engines import WorkerSetup, make_engine
 
         spec, models, metrics, conditions = self.spec, plan.models, plan.metrics, plan.conditions
-        batch = spec.batch_size
-        shard = int(self.engine.get("shard_size") or DEFAULT_SHARD)
-        per_unit = max(1, shard // batch)
+        per_unit = batches_per_unit(self.engine.get("shard_size"), spec.batch_size)
         spec = dataclasses.replace(spec, engine={**(spec.engine or {}), "pixels": self.pixels})
         setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
                              dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
@@ -485,22 +429,13 @@ class _Runner:
                 except Exception as exc:  # noqa: BLE001 - a model object that cannot travel: said in one line
                     raise ShiftbenchError(_unsendable(setup, exc)) from None
 
-            def units():
-                for ci, cond in enumerate(conditions):
-                    pending, restored, needed = self._open_condition(ci, cond, plan, cids, n_batches)
-                    if not pending:
-                        continue
-                    if not needed:  # every batch was saved before a kill: only the merge is left
-                        for m, cid in pending.items():
-                            self._finish_restored(models[m], metrics[m], cid, restored[m], n_batches)
-                        continue
-                    open_conditions[ci] = restored
-                    for start in range(0, len(needed), per_unit):
-                        chunk = tuple(needed[start:start + per_unit])
-                        yield _Unit(handle, ci, chunk, tuple(
-                            (m, tuple(b for b in chunk if b not in restored[m].saved)) for m in pending))
+            def finish(ci: int, m: str, held: _Restored) -> None:
+                self._finish_restored(models[m], metrics[m], cids[(m, ci)], held, n_batches)
 
-            for unit, (scored, thumbs) in eng.imap(_run_unit, units(), stage="model"):
+            units = (_Unit(handle, ci, chunk, needs) for ci, chunk, needs in shard_units(
+                conditions, lambda ci, cond: self._open_condition(ci, cond, plan, cids), lambda held: held.saved,
+                n_batches, per_unit, finish, open_conditions))
+            for unit, (scored, thumbs) in eng.imap(_run_unit, units, stage="model"):
                 cond = conditions[unit.ci]
                 restored = open_conditions[unit.ci]
                 self._save_thumbnails(run_id, thumbs)  # before the batches (see the local loop)
@@ -510,19 +445,15 @@ class _Runner:
                     bar.advance(f"{item.model} {cond.shift_name} s{cond.severity}", item.n + len(item.skipped))
                     if self.on_batch:
                         self.on_batch(item.model, item.batch)
-                for m in list(restored):
-                    if len(restored[m].saved) == n_batches:
-                        self._finish_restored(models[m], metrics[m], cids[(m, unit.ci)], restored.pop(m), n_batches)
-                if not restored:
-                    del open_conditions[unit.ci]
+                finish_complete(open_conditions, unit.ci, n_batches, lambda held: len(held.saved), finish)
 
     def _record_skipped(self, run_id: str) -> None:
-        """Files the reader left out (on_error: skip) go into the store as ``skipped.json``."""
+        """Files the reader left out (on_error: skip) go into the store (artifact ``skipped.json``)."""
         if getattr(self, "skipped", None):
             import json
 
             data = json.dumps([{"file": name, "reason": reason} for name, reason in self.skipped], indent=1)
-            self.store.put_artifact(run_id, "skipped.json", data.encode("utf-8"), {"count": len(self.skipped)})
+            self.store.put_artifact(run_id, SKIPPED_ARTIFACT, data.encode("utf-8"), {"count": len(self.skipped)})
 
     def _started(self, run_id: str) -> None:
         self.run_id = run_id
@@ -601,8 +532,6 @@ class _Runner:
 
     def _thumbnails(self, cond: Condition, samples: list[Sample]) -> list[tuple[str, bytes, dict[str, Any]]]:
         """The report's grid thumbnails of a condition: (artifact key, PNG bytes, meta)."""
-        from urllib.parse import quote
-
         import cv2
 
         out = []
@@ -612,11 +541,9 @@ class _Runner:
             thumb = cv2.resize(s.image, (max(1, round(w * scale)), max(1, round(h * scale))),
                                interpolation=cv2.INTER_AREA)
             ok, png = cv2.imencode(".png", thumb[:, :, ::-1])
-            # params may hold "/" (a texture path, a hub id): the key quotes them, and the meta carries the
-            # condition itself, which is what the report reads
-            pk = _params_key(cond.params)
-            key = f"thumb/{cond.shift_name}/{quote(pk, safe='')}/{cond.severity}/{s.id}"
-            out.append((key, png.tobytes(), {
+            # the meta carries the condition itself, which is what the report reads
+            pk = params_key(cond.params)
+            out.append((thumb_key(cond.shift_name, pk, cond.severity, s.id), png.tobytes(), {
                 "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
                 "severity": cond.severity, "sample_id": str(s.id)}))
         return out
@@ -628,11 +555,10 @@ class _Runner:
     def _restore(self, model_label: str, metric_names: list[str], cid: int, cond: Condition) -> "_Restored":
         """One merger per metric, holding the saved batches' states when resuming (merged in batch order)."""
         restored = _Restored({name: OrderedMerge(self._metric(name, model_label)) for name in metric_names})
-        saved = self.store.batches(cid)
-        if any(state.get(STATE_FORMAT_KEY) != STATE_FORMAT for state in saved.values()):
+        saved, dropped = current_batches(self.store, cid)
+        if dropped is not None:
             # an older shiftbench saved the running total after every batch: merging those would count
             # every sample many times, so the condition starts again (its batches and predictions go)
-            dropped = self.store.clear_batches(cid)
             log.warning(f"{model_label} {cond.shift_name} s{cond.severity}: {dropped} saved batches are in the "
                         f"cumulative format of an older shiftbench; recomputing this condition")
             return restored
@@ -684,26 +610,6 @@ class _Runner:
             if ids is not None:
                 samples.update(sample_records(metric, ids, f"condition {cid}"))
         self.store.finish_condition(cid, results, n=n, samples=samples)
-
-
-def sample_records(metric: Any, ids: Sequence[str], where: str = "") -> dict[str, tuple[str, list[str], np.ndarray]]:
-    """A metric's per-sample values paired with the sample ids (data order) for ``Store.finish_condition``:
-    row metric -> (kind, ids, values). Rows of NaN (a query without a subset) go together with their ids.
-    A metric whose records do not line up with the ids (states saved by an older shiftbench) gives
-    nothing, said once in the log, rather than values paired with the wrong samples."""
-    per_sample = metric.per_sample() if hasattr(metric, "per_sample") else {}
-    out: dict[str, tuple[str, list[str], np.ndarray]] = {}
-    for key, (kind, values) in per_sample.items():
-        values = np.asarray(values, dtype=np.float64)
-        if len(values) != len(ids):
-            log.warning(f"{where}: {key}: {len(values)} per-sample values for {len(ids)} samples; "
-                        f"not stored (the report shows its n only)")
-            continue
-        if not len(values):
-            continue
-        scored = ~np.isnan(values.reshape(len(values), -1)).any(axis=1)
-        out[key] = (kind, [str(i) for i, keep in zip(ids, scored) if keep], values[scored])
-    return out
 
 
 # -- units of the ray engine ----------------------------------------------------------------------
@@ -890,67 +796,6 @@ def _predict_with_backoff(predict: Callable, model, samples: list[Sample]):
         return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
-def encode_state(value: Any) -> Any:
-    """A metric's attributes as JSON: arrays keep dtype and shape, dataclasses and tuples are tagged."""
-    import dataclasses
-
-    if isinstance(value, np.ndarray):
-        return {"__nd__": value.tolist() if value.dtype != object else [encode_state(v) for v in value],
-                "dtype": str(value.dtype), "shape": list(value.shape)}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not np.isfinite(value):
-        return {"__float__": repr(value)}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = type(value)
-        return {"__dc__": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": {f.name: encode_state(getattr(value, f.name)) for f in dataclasses.fields(value)}}
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            return {"__items__": [[encode_state(k), encode_state(v)] for k, v in value.items()]}
-        return {k: encode_state(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return {"__tuple__": [encode_state(v) for v in value]}
-    if isinstance(value, list):
-        return [encode_state(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise ShiftbenchError(f"cannot save metric state of type {type(value).__name__}")
-
-
-_STATE_CLASSES = ("shiftbench.",)  # only shiftbench dataclasses are rebuilt from a store
-
-
-def decode_state(value: Any) -> Any:
-    """Inverse of encode_state (rebuilds only shiftbench's own dataclasses; nothing is executed)."""
-    import importlib
-
-    if isinstance(value, list):
-        return [decode_state(v) for v in value]
-    if isinstance(value, dict):
-        if "__nd__" in value:
-            dtype = np.dtype(value["dtype"])
-            if dtype == object:
-                arr = np.empty(len(value["__nd__"]), dtype=object)
-                arr[:] = [decode_state(v) for v in value["__nd__"]]
-                return arr.reshape(value["shape"])
-            return np.asarray(value["__nd__"], dtype=dtype).reshape(value["shape"])
-        if "__float__" in value:
-            return float(value["__float__"])
-        if "__tuple__" in value:
-            return tuple(decode_state(v) for v in value["__tuple__"])
-        if "__items__" in value:
-            return {decode_state(k): decode_state(v) for k, v in value["__items__"]}
-        if "__dc__" in value:
-            module, _, qualname = value["__dc__"].partition(":")
-            if not module.startswith(_STATE_CLASSES):
-                raise ShiftbenchError(f"store holds a state of foreign type {value['__dc__']!r}")
-            cls = getattr(importlib.import_module(module), qualname)
-            return cls(**{k: decode_state(v) for k, v in value["fields"].items()})
-        return {k: decode_state(v) for k, v in value.items()}
-    return value
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -961,12 +806,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def _params_key(params: dict[str, Any]) -> str:
-    from .store import canonical_json
-
-    return canonical_json(params or {})
 
 
 def _ids_are_cheap(dataset: Any) -> bool:

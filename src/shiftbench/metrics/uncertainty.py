@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import ShiftbenchError
 
-__all__ = ["bootstrap_ci", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
+__all__ = ["bootstrap_ci", "bootstrap_mean", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
            "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
            "percentile_interval", "bootstrap_p_value"]
 
@@ -73,6 +73,20 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL, n_b
     _check(level, n_boot)
     x = _values(values, "bootstrap_ci")
     return _interval(_boot_means(x, int(n_boot), seed), level)
+
+
+def bootstrap_mean(values: Sequence[float | None] | np.ndarray, seed: int = 0, n_boot: int = N_BOOT,
+                   level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, low, high): :func:`bootstrap_ci` with the mean, over the values that are not None
+    (NaN, NaN, NaN when none is).
+
+    >>> bootstrap_mean([None, 2.0, 2.0])
+    (2.0, 2.0, 2.0)
+    """
+    kept = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    if kept.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    return (float(kept.mean()), *bootstrap_ci(kept, level=level, n_boot=n_boot, seed=seed))
 
 
 @dataclass(frozen=True)

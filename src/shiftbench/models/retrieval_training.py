@@ -5,6 +5,9 @@ gallery (the reference image masked out), a random hand-written phrasing of each
 the epoch with the best validation R@10 kept. Features are computed once; training itself takes seconds.
 The checkpoint is safetensors (float16) with a JSON config beside it that records the encoders, the
 hyper-parameters, the validation numbers and the command that made it.
+
+It uses the encoders of :mod:`shiftbench.models.retrieval_encoders`, never :mod:`shiftbench.models.retrieval`
+(which imports this module for the combiner's torch module and for training a missing checkpoint).
 """
 
 from __future__ import annotations
@@ -90,7 +93,7 @@ def encode_split(split: str, image_encoder: Any, text_encoder: Any, dataset_seed
     With ``all_phrasings`` the texts are every phrasing of every query (``texts[i]`` a (P_i, E) array).
     """
     from ..datasets.objects_cir import ObjectsCIR
-    from .retrieval import normalize
+    from .retrieval_encoders import normalize
 
     ds = ObjectsCIR(split=split, seed=dataset_seed)
     ids = ds.gallery_ids()
@@ -164,7 +167,7 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
 
     ``out`` is the ``.safetensors`` path; the config goes to the same name with ``.json``. Returns the config.
     """
-    from .retrieval import torch_threads
+    from .retrieval_encoders import torch_threads
 
     with torch_threads():
         return _train(out, log, command, overrides)
@@ -173,7 +176,7 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
 def _train(out: Any, log: Callable[[str], None] | None, command: str | None, overrides: dict) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
-    from .retrieval import bundled_image_encoder, bundled_text_encoder
+    from .retrieval_encoders import bundled_image_encoder, bundled_text_encoder
 
     unknown = set(overrides) - set(TRAIN_DEFAULTS)
     if unknown:

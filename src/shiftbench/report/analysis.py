@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import bootstrap_mean
+from ..metrics.uncertainty import bootstrap_mean
 from .blocks import cell
 from .tables import CLEAN, condition_label
 

@@ -20,19 +20,21 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.store import Store
 from ..errors import ShiftbenchError
 from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
+from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
+                                 stored_thumbs, thumb_condition)
+from ..results.store import Store, params_key
+from ..shifts.corruptions import GROUP_ORDER as CORRUPTION_GROUP_ORDER
 from .headline import headline, headline_table, order_tables
-from .tables import CLEAN, Table, build_tables, condition_label, params_key, to_csv_rows, to_latex, to_markdown
+from .tables import CLEAN, Table, build_tables, condition_label, to_csv_rows, to_latex, to_markdown
 
-from ..analysis import stored_analysis
 from .analysis import analysis_blocks, analysis_figures
 from .stats import Uncertainty
 
 REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
 log = logging.getLogger("shiftbench.report")
-GROUP_ORDER = ("noise", "blur", "weather", "digital", "extra", "text", "background", "attribute")
+GROUP_ORDER = (*CORRUPTION_GROUP_ORDER, "text", "background", "attribute")  # corruption groups first, in ImageNet-C's order
 
 
 def build_report(store: str | os.PathLike, out: str | os.PathLike,
@@ -78,17 +80,14 @@ def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[tupl
             rows = db.rows(run["run_id"])
             if not rows:
                 raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
-            quality = db.artifacts(run["run_id"], "quality/rows.json")
-            skipped = db.artifacts(run["run_id"], "skipped.json")
-            curation = db.artifacts(run["run_id"], "curation.json")
             with db.reading("an artifact of run " + repr(run["run_id"])):
-                run = {**run, "skipped": json.loads(skipped[0]["data"]) if skipped else [],
-                       "curation": json.loads(curation[0]["data"]) if curation else None}
+                run = {**run, "skipped": stored_skipped(db, run["run_id"]),
+                       "curation": stored_curation(db, run["run_id"])}
                 # per-sample values (bootstrap CIs) exist only in stores written since they were kept
                 samples = db.samples(run["run_id"])
                 run["analysis"] = stored_analysis(db, run["run_id"])  # the spec's analysis: views, if it had some
-                loaded.append((run, rows, db.predictions(run["run_id"]), db.artifacts(run["run_id"], "thumb/"),
-                               json.loads(quality[0]["data"]) if quality else [], samples))
+                loaded.append((run, rows, db.predictions(run["run_id"]), stored_thumbs(db, run["run_id"]),
+                               stored_quality_rows(db, run["run_id"]), samples))
     finally:
         db.close()
     if not loaded:
@@ -487,22 +486,26 @@ def _shift_groups() -> dict[str, str]:
 
 
 def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix: str = "") -> list[dict[str, str]]:
+    """The run's figures, each one the run has data for: severity curves, drop heat map, reliability diagrams."""
     import matplotlib
 
     matplotlib.use("Agg")
+    if not tables:
+        return []
+    main = tables[0]
+    made = (_severity_curves(rows, main, out, prefix), _drop_heatmap(main, out, prefix),
+            _reliability_diagrams(rows, out, prefix))
+    return [figure for figure in made if figure is not None]
+
+
+def _severity_curves(rows: list[dict[str, Any]], main: Table, out: Path, prefix: str) -> dict[str, str] | None:
+    """Metric against severity per shift, one panel per shift family, mean over models (severity 0 is clean)."""
     import matplotlib.pyplot as plt
 
-    figures = []
-    if not tables:
-        return figures
-    main = tables[0]
     groups = _shift_groups()
     metric = main.metric
     scale = 100.0 if main.percent else 1.0
     mrows = [r for r in rows if r["metric"] == metric and r["value"] is not None]
-    models = main.models
-
-    # severity curves: metric vs severity per shift, grouped by family, mean over models
     graded = {}
     for r in mrows:
         if r["shift"] == CLEAN or r["severity"] < 1:
@@ -511,85 +514,100 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix:
     graded = {k: v for k, v in graded.items() if len(v) > 1}
     clean_mean = np.mean([r["value"] for r in mrows if r["shift"] == CLEAN]) if any(
         r["shift"] == CLEAN for r in mrows) else None
-    if graded:
-        fams = sorted({groups.get(s, "other") for s, _ in graded}, key=lambda g: (GROUP_ORDER + (g,)).index(g))
-        fig, axes = plt.subplots(1, len(fams), figsize=(3.6 * len(fams), 3.2), squeeze=False, sharey=True)
-        for ax, fam in zip(axes[0], fams):
-            for (shift, pk), by_sev in sorted(graded.items()):
-                if groups.get(shift, "other") != fam:
-                    continue
-                sev = sorted(by_sev)
-                xs = ([0] if clean_mean is not None else []) + sev
-                ys = ([clean_mean] if clean_mean is not None else []) + [float(np.mean(by_sev[s])) for s in sev]
-                label = condition_label(shift, json.loads(pk))
-                if label.startswith("_"):  # matplotlib hides legend labels that start with "_"
-                    label = "\u200b" + label
-                ax.plot(xs, np.asarray(ys) * scale, marker="o", ms=3, lw=1.4, label=label)
-            ax.set_title(fam)
-            ax.set_xlabel("severity (0 = clean)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6, loc="lower left")
-        axes[0][0].set_ylabel(f"{metric}{' (%)' if main.percent else ''}, mean over models")
-        fig.tight_layout()
-        figures.append(_save(fig, out, f"{prefix}severity_curves.png", "Severity curves",
-                             f"{metric} against severity for each shift (mean over models; severity 0 is clean)."))
-        plt.close(fig)
+    if not graded:
+        return None
+    fams = sorted({groups.get(s, "other") for s, _ in graded}, key=lambda g: (GROUP_ORDER + (g,)).index(g))
+    fig, axes = plt.subplots(1, len(fams), figsize=(3.6 * len(fams), 3.2), squeeze=False, sharey=True)
+    for ax, fam in zip(axes[0], fams):
+        for (shift, pk), by_sev in sorted(graded.items()):
+            if groups.get(shift, "other") != fam:
+                continue
+            sev = sorted(by_sev)
+            xs = ([0] if clean_mean is not None else []) + sev
+            ys = ([clean_mean] if clean_mean is not None else []) + [float(np.mean(by_sev[s])) for s in sev]
+            label = condition_label(shift, json.loads(pk))
+            if label.startswith("_"):  # matplotlib hides legend labels that start with "_"
+                label = "\u200b" + label
+            ax.plot(xs, np.asarray(ys) * scale, marker="o", ms=3, lw=1.4, label=label)
+        ax.set_title(fam)
+        ax.set_xlabel("severity (0 = clean)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="lower left")
+    axes[0][0].set_ylabel(f"{metric}{' (%)' if main.percent else ''}, mean over models")
+    fig.tight_layout()
+    figure = _save(fig, out, f"{prefix}severity_curves.png", "Severity curves",
+                   f"{metric} against severity for each shift (mean over models; severity 0 is clean).")
+    plt.close(fig)
+    return figure
 
-    # heat map of drops: models x shifts (mean over severities)
+
+def _drop_heatmap(main: Table, out: Path, prefix: str) -> dict[str, str] | None:
+    """Change against clean per model (rows) and shifted condition (columns), mean over severities."""
+    import matplotlib.pyplot as plt
+
+    metric, models = main.metric, main.models
+    scale = 100.0 if main.percent else 1.0
     shifted = [r for r in main.rows if r != CLEAN]
-    if shifted and models:
-        data = np.full((len(models), len(shifted)), np.nan)
-        for i, m in enumerate(models):
-            for j, row in enumerate(shifted):
-                cell = main.cells.get((row, m))
-                if cell is not None and cell.delta is not None:
-                    data[i, j] = cell.delta * scale
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * len(shifted) + 2.5), 0.45 * len(models) + 2.6))
-        lim = np.nanmax(np.abs(data)) if np.isfinite(data).any() else 1.0
-        cmap = "RdYlGn" if main.higher_is_better else "RdYlGn_r"
-        im = ax.imshow(data, cmap=cmap, vmin=-lim, vmax=lim, aspect="auto")
-        ax.set_xticks(range(len(shifted)), shifted, rotation=60, ha="right", fontsize=7)
-        ax.set_yticks(range(len(models)), models, fontsize=8)
-        for i in range(len(models)):
-            for j in range(len(shifted)):
-                if np.isfinite(data[i, j]):
-                    ax.text(j, i, f"{data[i, j]:.0f}" if main.percent else f"{data[i, j]:.2f}", ha="center",
-                            va="center", fontsize=6)
-        fig.colorbar(im, ax=ax, label=f"change in {metric}{' (points)' if main.percent else ''}")
-        figures.append(_save(fig, out, f"{prefix}drop_heatmap.png", "Change against clean",
-                             f"Change of {metric} against clean, per model and shift (mean over severities)."))
-        plt.close(fig)
+    if not (shifted and models):
+        return None
+    data = np.full((len(models), len(shifted)), np.nan)
+    for i, m in enumerate(models):
+        for j, row in enumerate(shifted):
+            cell = main.cells.get((row, m))
+            if cell is not None and cell.delta is not None:
+                data[i, j] = cell.delta * scale
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * len(shifted) + 2.5), 0.45 * len(models) + 2.6))
+    lim = np.nanmax(np.abs(data)) if np.isfinite(data).any() else 1.0
+    cmap = "RdYlGn" if main.higher_is_better else "RdYlGn_r"
+    im = ax.imshow(data, cmap=cmap, vmin=-lim, vmax=lim, aspect="auto")
+    ax.set_xticks(range(len(shifted)), shifted, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(models)), models, fontsize=8)
+    for i in range(len(models)):
+        for j in range(len(shifted)):
+            if np.isfinite(data[i, j]):
+                ax.text(j, i, f"{data[i, j]:.0f}" if main.percent else f"{data[i, j]:.2f}", ha="center",
+                        va="center", fontsize=6)
+    fig.colorbar(im, ax=ax, label=f"change in {metric}{' (points)' if main.percent else ''}")
+    figure = _save(fig, out, f"{prefix}drop_heatmap.png", "Change against clean",
+                   f"Change of {metric} against clean, per model and shift (mean over severities).")
+    plt.close(fig)
+    return figure
 
-    # reliability diagrams from the ECE rows
+
+def _reliability_diagrams(rows: list[dict[str, Any]], out: Path, prefix: str) -> dict[str, str] | None:
+    """Accuracy per confidence bin from the ECE rows: up to three clean ones and the worst-calibrated shift."""
+    import matplotlib.pyplot as plt
+
     ece_rows = [r for r in rows if r["metric"] == "ece" and r["value"] is not None
                 and (r.get("extra") or {}).get("accuracy")]
-    if ece_rows:
-        clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
-        worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"], default=None)
-        picks = [(r, "clean") for r in clean_rows[:3]]
-        if worst is not None:
-            picks.append((worst, f"worst: {condition_label(worst['shift'], worst['params'])} s{worst['severity']}"))
-        fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
-        for ax, (r, title) in zip(axes[0], picks):
-            ex = r["extra"]
-            acc = np.asarray([np.nan if a is None else a for a in ex["accuracy"]], float)
-            counts = np.asarray(ex.get("counts", [1] * len(acc)), float)
-            conf = acc
-            edges = np.linspace(0, 1, len(conf) + 1)
-            centers = (edges[:-1] + edges[1:]) / 2
-            ok = (counts > 0) & np.isfinite(acc)
-            ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
-            ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-            ax.set_title(f"{r['model']}\n{title}\nECE {100 * r['value']:.1f}", fontsize=7)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
-            ax.set_xlabel("confidence", fontsize=7)
-        axes[0][0].set_ylabel("accuracy")
-        fig.tight_layout()
-        figures.append(_save(fig, out, f"{prefix}reliability.png", "Reliability diagrams",
-                             "Accuracy per confidence bin on clean data and under the worst-calibrated shift."))
-        plt.close(fig)
-    return figures
+    if not ece_rows:
+        return None
+    clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
+    worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"], default=None)
+    picks = [(r, "clean") for r in clean_rows[:3]]
+    if worst is not None:
+        picks.append((worst, f"worst: {condition_label(worst['shift'], worst['params'])} s{worst['severity']}"))
+    fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
+    for ax, (r, title) in zip(axes[0], picks):
+        ex = r["extra"]
+        acc = np.asarray([np.nan if a is None else a for a in ex["accuracy"]], float)
+        counts = np.asarray(ex.get("counts", [1] * len(acc)), float)
+        conf = acc
+        edges = np.linspace(0, 1, len(conf) + 1)
+        centers = (edges[:-1] + edges[1:]) / 2
+        ok = (counts > 0) & np.isfinite(acc)
+        ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
+        ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+        ax.set_title(f"{r['model']}\n{title}\nECE {100 * r['value']:.1f}", fontsize=7)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("confidence", fontsize=7)
+    axes[0][0].set_ylabel("accuracy")
+    fig.tight_layout()
+    figure = _save(fig, out, f"{prefix}reliability.png", "Reliability diagrams",
+                   "Accuracy per confidence bin on clean data and under the worst-calibrated shift.")
+    plt.close(fig)
+    return figure
 
 
 def _save(fig, out: Path, name: str, title: str, caption: str) -> dict[str, str]:
@@ -610,7 +628,7 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
         return []
     by_condition: dict[tuple[str, str, int], dict[str, dict]] = {}
     for t in thumbs:
-        shift, pk, severity, sid = _thumb_condition(t)
+        shift, pk, severity, sid = thumb_condition(t)
         by_condition.setdefault((shift, pk, int(severity)), {})[sid] = t
     preds: dict[tuple[str, str, int, str], list[dict]] = {}
     for p in predictions:
@@ -667,16 +685,6 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
 
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
-
-
-def _thumb_condition(thumb: dict[str, Any]) -> tuple[str, str, int, str]:
-    """(shift, params key, severity, sample id) of a thumbnail: from its meta, or from the key of stores
-    written before the meta carried them (their params held no "/": such runs could not be reported)."""
-    meta = thumb.get("meta") or {}
-    if "params_key" in meta:
-        return meta["shift"], meta["params_key"], int(meta["severity"]), str(meta["sample_id"])
-    _, shift, pk, severity, sid = thumb["key"].split("/", 4)
-    return shift, pk, int(severity), sid
 
 
 # -- HTML -----------------------------------------------------------------------------------------

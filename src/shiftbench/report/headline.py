@@ -15,7 +15,8 @@ import math
 import re
 from typing import Any, Iterable, Sequence
 
-from .tables import CLEAN, Table, params_key
+from ..results.store import params_key
+from .tables import CLEAN, Table
 
 __all__ = ["natural_key", "order_tables", "headline_table", "headline", "NATURAL_FAMILIES", "CONTROLS", "ATTACKS"]
 
@@ -200,83 +201,128 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     main = headline_table(tables, preferred)
     if main is None:
         return None
-    metric, pct, hib = main.metric, main.percent, main.higher_is_better
+    metric, pct = main.metric, main.percent
     unit = " (%)" if pct else ""
     index = {(r["model"], r["shift"], params_key(r["params"]), int(r["severity"]), r["metric"]): r for r in rows}
-    columns: list[dict[str, str]] = [{"group": "clean", "head": f"{metric}{unit}",
-                                      "title": f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better"}]
     groups = _groups(rows, metric)
-    for group, key, head, grows in groups:
-        if key == "bg_gap":
-            columns.append({"group": group, "head": head,
-                            "title": f"BG-Gap: {metric}{unit} on Mixed-Same minus Mixed-Rand, in points (Xiao et al., "
-                                     "Noise or Signal, ICLR 2021); positive = the model relies on a fitting background"})
-            continue
-        k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
-        columns.append({"group": group, "head": head,
-                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} (all severities run), "
-                                 "and its change against clean (shifted minus clean)"})
     from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
 
     # mCE is defined on top-1 errors: shown for runs that measured top1, whatever the headline metric
     corr_top1 = [r for r in rows if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS]
-    if corr_top1:
-        note = ("AlexNet-normalised with ImageNet-C's published AlexNet errors; errors = 1 − top1; "
-                "lower is better (100 = AlexNet)")
-        columns.append({"group": "ImageNet-C", "head": "mCE", "title": "mean corruption error (%), " + note})
-        columns.append({"group": "ImageNet-C", "head": "rel. mCE",
-                        "title": "relative mean corruption error (%): error added by the corruptions, " + note})
-    retrieval = "gamma@10" in {r["metric"] for r in rows}
+    gamma_sets = _gamma_sets(rows)
+    columns = _columns(main, groups, bool(corr_top1), gamma_sets)
+    models = main.models
+    out_rows = []
+    for model in models:
+        clean_cell = main.cells.get((CLEAN, model))
+        cells = _family_cells(model, main, groups, unc)
+        if corr_top1:
+            cells += _mce_cells(model, corr_top1, index)
+        cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
+        out_rows.append({"model": model, "n": clean_cell.n if clean_cell else None, "cells": cells})
+    columns, spans = _keep_groups_together(columns, out_rows)
+    ci = " Second line: 95% bootstrap CI; ≈ marks a change within noise (its paired 95% CI contains 0)." \
+        if unc is not None else " No per-sample values in this store: no confidence intervals."
+    note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
+            f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
+            f"conditions and severities; n = samples per condition (hover a cell for details).{ci}")
+    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
+            "pairs": _pairs(models, metric, pct, rows, groups, unc)}
+
+
+def _gamma_sets(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The γ@10 rows of a composed retrieval run, as (label, rows): image shifts at severity 5, text shifts at
+    severity 3; none for other runs."""
     gamma_sets: list[tuple[str, list[dict[str, Any]]]] = []
-    if retrieval:
+    if "gamma@10" in {r["metric"] for r in rows}:
         g = [r for r in rows if r["metric"] == "gamma@10" and r["shift"] != CLEAN]
         image = [r for r in g if not _text_shift(r["shift"]) and int(r["severity"]) == 5]
         text = [r for r in g if _text_shift(r["shift"]) and int(r["severity"]) == 3]
         for label, sel in (("image shifts, severity 5", image), ("text shifts, severity 3", text)):
             if sel:
                 gamma_sets.append((label, sel))
-                columns.append({"group": "composed retrieval", "head": f"γ@10 {label}",
-                                "title": f"mean relative robustness γ@10 = R@10 shifted / R@10 clean over {label}; "
-                                         "1 = no loss, above 1 = the shift helped"})
-    models = main.models
-    out_rows = []
-    for model in models:
-        clean_cell = main.cells.get((CLEAN, model))
-        clean = clean_cell.value if clean_cell else None
-        n = clean_cell.n if clean_cell else None
-        has = unc is not None and unc.has(model, metric)
-        stats = None
-        if clean_cell is not None and getattr(clean_cell, "low", None) is not None:
-            stats = {"value": clean, "low": clean_cell.low, "high": clean_cell.high, "n": n}
-        cells = [_cell(clean, percent=pct, n=n, what=f"clean {metric}", stats=stats)]
-        for _, key, head, grows in groups:
-            if key == "bg_gap":
-                cells.append(_gap_cell(model, metric, pct, groups, unc if has else None))
-                continue
-            mine = [r for r in grows if r["model"] == model]
-            value = _mean(r["value"] for r in mine)
-            delta = None if value is None or clean is None else value - clean
-            agg = unc.aggregate(model, metric, _conditions(mine)) if has and mine else None
-            cells.append(_cell(value, percent=pct, n=mine[0]["n"] if mine else None, delta=delta,
-                               higher_is_better=hib, stats=agg, what=f"{metric} under {head}, mean over "
-                               f"{len(mine)} condition(s); change = shifted minus clean"))
-        if corr_top1:
-            cells += _mce_cells(model, corr_top1, index)
-        for label, sel in gamma_sets:
-            mine = [r for r in sel if r["model"] == model]
-            value = _mean(r["value"] for r in mine)
-            agg = unc.aggregate(model, "R@10", _conditions(mine)) if unc is not None and unc.has(model, "R@10") and mine else None
-            cell = _cell(value, percent=False, n=mine[0]["n"] if mine else None,
-                         what=f"mean γ@10 over {len(mine)} {label}")
-            if agg:  # gamma = 1 + change / clean: the noise mark and test come from the paired change in R@10
-                cell = _cell(value, percent=False, n=agg.get("n"), what=f"mean γ@10 over {len(mine)} {label}",
-                             stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"),
-                                    "delta_low": agg.get("delta_low"), "delta_high": agg.get("delta_high"), "value": value})
-                cell["title"] = cell["title"].replace("CI of the change", "CI of the change in R@10 (fraction)")
-            cells.append(cell)
-        out_rows.append({"model": model, "n": n, "cells": cells})
-    # keep each group's columns together (mCE joins the ImageNet-C mean), groups in order of first appearance
-    first = {}
+    return gamma_sets
+
+
+def _columns(main: Table, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]], mce: bool,
+             gamma_sets: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, str]]:
+    """The headline's columns, in the order of a row's cells: clean, each group, mCE, γ@10."""
+    metric, hib = main.metric, main.higher_is_better
+    unit = " (%)" if main.percent else ""
+    columns: list[dict[str, str]] = [{"group": "clean", "head": f"{metric}{unit}",
+                                      "title": f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better"}]
+    for group, key, head, grows in groups:
+        if key == "bg_gap":
+            columns.append({"group": group, "head": head,
+                            "title": f"BG-Gap: {metric}{unit} on Mixed-Same minus Mixed-Rand, in points (Xiao et "
+                                     "al., Noise or Signal, ICLR 2021); positive = the model relies on a fitting "
+                                     "background"})
+            continue
+        k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
+        columns.append({"group": group, "head": head,
+                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} (all severities run), "
+                                 "and its change against clean (shifted minus clean)"})
+    if mce:
+        note = ("AlexNet-normalised with ImageNet-C's published AlexNet errors; errors = 1 − top1; "
+                "lower is better (100 = AlexNet)")
+        columns.append({"group": "ImageNet-C", "head": "mCE", "title": "mean corruption error (%), " + note})
+        columns.append({"group": "ImageNet-C", "head": "rel. mCE",
+                        "title": "relative mean corruption error (%): error added by the corruptions, " + note})
+    for label, _ in gamma_sets:
+        columns.append({"group": "composed retrieval", "head": f"γ@10 {label}",
+                        "title": f"mean relative robustness γ@10 = R@10 shifted / R@10 clean over {label}; "
+                                 "1 = no loss, above 1 = the shift helped"})
+    return columns
+
+
+def _family_cells(model: str, main: Table, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]],
+                  unc: Any) -> list[dict[str, Any]]:
+    """A model's clean cell and its cell for each group: the mean over the group's conditions and its change
+    against clean, or the BG-Gap."""
+    metric, pct, hib = main.metric, main.percent, main.higher_is_better
+    clean_cell = main.cells.get((CLEAN, model))
+    clean = clean_cell.value if clean_cell else None
+    n = clean_cell.n if clean_cell else None
+    has = unc is not None and unc.has(model, metric)
+    stats = None
+    if clean_cell is not None and getattr(clean_cell, "low", None) is not None:
+        stats = {"value": clean, "low": clean_cell.low, "high": clean_cell.high, "n": n}
+    cells = [_cell(clean, percent=pct, n=n, what=f"clean {metric}", stats=stats)]
+    for _, key, head, grows in groups:
+        if key == "bg_gap":
+            cells.append(_gap_cell(model, metric, pct, groups, unc if has else None))
+            continue
+        mine = [r for r in grows if r["model"] == model]
+        value = _mean(r["value"] for r in mine)
+        delta = None if value is None or clean is None else value - clean
+        agg = unc.aggregate(model, metric, _conditions(mine)) if has and mine else None
+        cells.append(_cell(value, percent=pct, n=mine[0]["n"] if mine else None, delta=delta,
+                           higher_is_better=hib, stats=agg, what=f"{metric} under {head}, mean over "
+                           f"{len(mine)} condition(s); change = shifted minus clean"))
+    return cells
+
+
+def _gamma_cell(model: str, label: str, sel: Sequence[dict[str, Any]], unc: Any) -> dict[str, Any]:
+    """A model's mean γ@10 over one set of conditions; its noise mark and test come from the paired change in R@10."""
+    mine = [r for r in sel if r["model"] == model]
+    value = _mean(r["value"] for r in mine)
+    has = unc is not None and unc.has(model, "R@10")
+    agg = unc.aggregate(model, "R@10", _conditions(mine)) if has and mine else None
+    cell = _cell(value, percent=False, n=mine[0]["n"] if mine else None,
+                 what=f"mean γ@10 over {len(mine)} {label}")
+    if agg:  # gamma = 1 + change / clean: the noise mark and test come from the paired change in R@10
+        cell = _cell(value, percent=False, n=agg.get("n"), what=f"mean γ@10 over {len(mine)} {label}",
+                     stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"),
+                            "delta_low": agg.get("delta_low"), "delta_high": agg.get("delta_high"), "value": value})
+        cell["title"] = cell["title"].replace("CI of the change", "CI of the change in R@10 (fraction)")
+    return cell
+
+
+def _keep_groups_together(columns: list[dict[str, str]],
+                          out_rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[list[Any]]]:
+    """Reorder the columns (and every row's cells alike) so that each group's columns are together, groups in
+    order of first appearance (mCE joins the ImageNet-C mean); returns the columns and the [group, span] list."""
+    first: dict[str, int] = {}
     for i, c in enumerate(columns):
         first.setdefault(c["group"], i)
     perm = sorted(range(len(columns)), key=lambda i: (first[columns[i]["group"]], i))
@@ -289,13 +335,7 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
             spans[-1][1] += 1
         else:
             spans.append([c["group"], 1])
-    ci = " Second line: 95% bootstrap CI; ≈ marks a change within noise (its paired 95% CI contains 0)." \
-        if unc is not None else " No per-sample values in this store: no confidence intervals."
-    note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
-            f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
-            f"conditions and severities; n = samples per condition (hover a cell for details).{ci}")
-    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
-            "pairs": _pairs(models, metric, pct, rows, groups, unc)}
+    return columns, spans
 
 
 def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[str, Any]],

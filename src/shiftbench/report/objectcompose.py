@@ -163,45 +163,55 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = N
     by_family: dict[str, list[tuple[str, dict[str, float]]]] = defaultdict(list)
     for (label, family), per_model in values.items():
         by_family[family].append((label, per_model))
-    families: dict[str, Any] = {}
-    for family in [f for f in FAMILY_ORDER if f in by_family] + sorted(set(by_family) - set(FAMILY_ORDER)):
-        conditions = by_family[family]
-        entry: dict[str, Any] = {"role": role_of(family), "conditions": [label for label, _ in conditions],
-                                 "mean": None, "mean_change": None, "worst": None, "value": None, "change": None,
-                                 "n": [], "models": 0, "per_model": {}}
-        means = []
-        for label, per_model in conditions:
-            # the model mean of a condition over the models that have a clean value too, so its change is fair
-            shared = [m for m in models if m in per_model] or sorted(per_model)
-            mean = sum(per_model[m] for m in shared) / len(shared)
-            means.append(mean)
-            if entry["value"] is None or mean < entry["value"]:  # ties keep the first (spec order)
-                entry.update(worst=label, value=mean, change=_sub(mean, clean_mean), n=_ns(counts, label, shared),
-                             models=len(shared))
-        entry["mean"] = sum(means) / len(means)
-        entry["mean_change"] = _sub(entry["mean"], clean_mean)
-        for m in sorted({m for _, pm in conditions for m in pm}):
-            own = [(label, pm[m]) for label, pm in conditions if m in pm]
-            worst_label, worst = min(own, key=lambda lv: lv[1])
-            mean = sum(v for _, v in own) / len(own)
-            entry["per_model"][m] = {"mean": mean, "mean_change": _sub(mean, clean.get(m)),
-                                     "worst": worst_label, "value": worst, "change": _sub(worst, clean.get(m)),
-                                     "n": counts.get((own[0][0], m))}
-        families[family] = entry
+    families = {family: _family_entry(family, by_family[family], models, clean, clean_mean, counts)
+                for family in [f for f in FAMILY_ORDER if f in by_family] + sorted(set(by_family) - set(FAMILY_ORDER))}
     split = {part: _attack_part(by_family.get("adversarial", []), sources, clean, counts, part)
              for part in ("whitebox", "transfer")}
     ordering = _ordering({f: e["value"] for f, e in families.items()})
-    paper = {f: v / 100.0 for f, v in PAPER_TABLE1.items()}
-    paper_ordering = _ordering({f: v for f, v in paper.items() if f != "clean"})
     return {"metric": metric, "clean": clean_mean, "clean_per_model": clean, "n_per_model": clean_n,
             "families": families, "ordering": ordering, "holds": _verdict(ordering),
             "adversarial_whitebox": split["whitebox"], "adversarial_transfer": split["transfer"],
             "bg_gap": bg_gap(by_family.get("mixed_same", []), by_family.get("mixed_rand", []), conds, counts,
                              metric, unc),
-            "paper": {"source": PAPER_NAME, "clean": paper["clean"],
-                      "families": {f: {"value": v, "change": v - paper["clean"]}
-                                   for f, v in paper.items() if f != "clean"},
-                      "ordering": paper_ordering, "holds": _verdict(paper_ordering)}}
+            "paper": _paper_summary()}
+
+
+def _family_entry(family: str, conditions: list[tuple[str, dict[str, float]]], models: list[str],
+                  clean: dict[str, float], clean_mean: float | None,
+                  counts: dict[tuple[str, str], int]) -> dict[str, Any]:
+    """One family of :func:`summarise`: its mean and worst condition (of the model mean) with their change
+    against clean, and the same per model."""
+    entry: dict[str, Any] = {"role": role_of(family), "conditions": [label for label, _ in conditions],
+                             "mean": None, "mean_change": None, "worst": None, "value": None, "change": None,
+                             "n": [], "models": 0, "per_model": {}}
+    means = []
+    for label, per_model in conditions:
+        # the model mean of a condition over the models that have a clean value too, so its change is fair
+        shared = [m for m in models if m in per_model] or sorted(per_model)
+        mean = sum(per_model[m] for m in shared) / len(shared)
+        means.append(mean)
+        if entry["value"] is None or mean < entry["value"]:  # ties keep the first (spec order)
+            entry.update(worst=label, value=mean, change=_sub(mean, clean_mean), n=_ns(counts, label, shared),
+                         models=len(shared))
+    entry["mean"] = sum(means) / len(means)
+    entry["mean_change"] = _sub(entry["mean"], clean_mean)
+    for m in sorted({m for _, pm in conditions for m in pm}):
+        own = [(label, pm[m]) for label, pm in conditions if m in pm]
+        worst_label, worst = min(own, key=lambda lv: lv[1])
+        mean = sum(v for _, v in own) / len(own)
+        entry["per_model"][m] = {"mean": mean, "mean_change": _sub(mean, clean.get(m)),
+                                 "worst": worst_label, "value": worst, "change": _sub(worst, clean.get(m)),
+                                 "n": counts.get((own[0][0], m))}
+    return entry
+
+
+def _paper_summary() -> dict[str, Any]:
+    """The paper's Table 1 (``PAPER_TABLE1``) as fractions, with its change against clean and its ordering."""
+    paper = {f: v / 100.0 for f, v in PAPER_TABLE1.items()}
+    paper_ordering = _ordering({f: v for f, v in paper.items() if f != "clean"})
+    return {"source": PAPER_NAME, "clean": paper["clean"],
+            "families": {f: {"value": v, "change": v - paper["clean"]} for f, v in paper.items() if f != "clean"},
+            "ordering": paper_ordering, "holds": _verdict(paper_ordering)}
 
 
 def bg_gap(same: list[tuple[str, dict[str, float]]], rand: list[tuple[str, dict[str, float]]],
@@ -505,7 +515,7 @@ def to_markdown(summary: dict[str, Any]) -> str:
 def write_summary(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None,
                   metric: str = "top1") -> Path:
     """Write ``objectcompose.md`` and ``objectcompose.json`` for a run of ``store`` into ``out``."""
-    from ..engine.store import Store
+    from ..results.store import Store
 
     db = Store(store, create=False)
     try:

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..conditioning.attribute_text import ATTRIBUTES
-from ..engine.quality import stored_quality_rows
 from ..errors import ShiftbenchError
+from ..results.artifacts import stored_quality_rows
 
 __all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "quality_table", "pascal_blocks", "blocks_markdown",
            "write_pascal_ea", "stored_quality_rows", "main", "PAPER_TABLE1", "hurt_most", "family_drops"]

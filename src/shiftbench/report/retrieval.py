@@ -231,7 +231,7 @@ def retrieval_tables(rows: Sequence[dict[str, Any]], k: int = 10) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..engine.store import Store
+    from ..results.store import Store
 
     parser = argparse.ArgumentParser(prog="python -m shiftbench.report.retrieval")
     parser.add_argument("store")

@@ -30,7 +30,8 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..metrics.uncertainty import (SampleStatistic, bootstrap_p_value, mcnemar, percentile_interval,
                                    resample_counts, within_noise)
-from .tables import CLEAN, Table, condition_label, params_key
+from ..results.store import params_key
+from .tables import CLEAN, Table, condition_label
 
 __all__ = ["Uncertainty", "MCNEMAR_METRICS"]
 

@@ -5,7 +5,6 @@ Pure functions over the rows of a store (no I/O), shared by the HTML, Markdown, 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -223,7 +222,3 @@ def to_latex(table: Table) -> str:
               r"(shifted minus clean); $\approx$: within noise (paired 95\% bootstrap CI contains 0).}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
-
-
-def params_key(params: dict[str, Any]) -> str:
-    return json.dumps(params or {}, sort_keys=True, separators=(",", ":"))

@@ -135,7 +135,7 @@ def _tiles(family: int) -> tuple[np.ndarray, ...]:
 def _photo(scene_id: str) -> np.ndarray:
     from ...datasets import objects
 
-    return objects._scene(scene_id)  # read-only cached array (loaded once)
+    return objects.scene(scene_id, copy=False)  # read-only, decoded once per process
 
 
 def _crop(src: np.ndarray, params: dict[str, Any], h: int, w: int) -> np.ndarray:
@@ -269,7 +269,7 @@ class BackgroundScene(BackgroundShift):
     def background(self, sample: Sample, params: dict[str, Any]) -> np.ndarray:
         from ...datasets import objects
 
-        return objects._scene_on_canvas(params["scene"], sample.size)
+        return objects.scene_on_canvas(params["scene"], sample.size)
 
 
 # -- masking ------------------------------------------------------------------------------------------

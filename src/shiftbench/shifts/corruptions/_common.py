@@ -15,11 +15,14 @@ import cv2
 import numpy as np
 
 from ...errors import ShiftbenchError
+from ...registry import SHIFTS
 from ..base import ImageShift
 
 __all__ = [
     "Corruption",
     "MIN_SIDE",
+    "check_image",
+    "check_tensor",
     "noise_rng",
     "draw_seed",
     "to_uint8",
@@ -36,14 +39,26 @@ __all__ = [
 MIN_SIDE = 32  # the reference refuses smaller images; several parameters assume at least this
 
 
+class _RegisteredGroup:
+    """``Corruption.group``: the ``group=`` its class is registered with in SHIFTS, the one place it is written."""
+
+    def __get__(self, instance: Any, owner: type) -> str:
+        for klass in owner.__mro__[: owner.__mro__.index(Corruption)]:  # a subclass inherits its parent's group
+            name = vars(klass).get("name")  # set by SHIFTS.register on the registered class itself
+            if name and name in SHIFTS:
+                return str(SHIFTS.entry(name).meta.get("group", ""))
+        return ""
+
+
 class Corruption(ImageShift):
     """An ImageNet-C corruption: params always carry ``severity``; random ones add their draws.
 
-    Subclasses implement ``draws(image_shape, severity, rng)`` (random corruptions only) and
-    ``corrupt(image, severity, params)``. ``group`` is the ImageNet-C family.
+    Subclasses implement ``draws(image_shape, severity, rng)`` (random corruptions only),
+    ``corrupt(image, severity, params)`` and, for the tensor path, ``corrupt_tensor(x, severity,
+    params)``. ``group`` is the ImageNet-C family, read from the registry.
     """
 
-    group: ClassVar[str] = ""
+    group = _RegisteredGroup()
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "caption", "layout"})
 
     def draws(self, shape: tuple[int, ...], severity: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -52,6 +67,15 @@ class Corruption(ImageShift):
 
     def corrupt(self, image: np.ndarray, severity: int, params: dict[str, Any]) -> np.ndarray:
         raise NotImplementedError
+
+    def corrupt_tensor(self, x: Any, severity: int, params: list[dict[str, Any]]) -> Any:
+        """The corruption of a contiguous uint8 (N, 3, H, W) tensor whose images share ``severity``."""
+        raise NotImplementedError
+
+    @classmethod
+    def runs_on_tensors(cls) -> bool:
+        """Whether this corruption has a tensor path (its family's file defines ``corrupt_tensor``)."""
+        return cls.corrupt_tensor is not Corruption.corrupt_tensor
 
     @property
     def random(self) -> bool:
@@ -85,9 +109,24 @@ class Corruption(ImageShift):
         Takes the params the numpy path draws (``draw`` / a manifest) and gives its output within a
         fraction of a grey level; pixels stay on the tensor's device (see ``_torch``). Needs torch.
         """
-        from ._torch import apply_tensor
+        import torch  # on first use: ``import shiftbench`` never loads torch
 
-        return apply_tensor(self, images, params)
+        params = check_tensor(images, params, self.name)
+        if not self.runs_on_tensors():
+            raise ShiftbenchError(f"corruption {self.name!r} has no torch path")
+        n = len(params)
+        if n == 0:
+            return images.clone()
+        severities = [self.check_severity(p.get("severity")) for p in params]
+        out = torch.empty_like(images)
+        for severity in sorted(set(severities)):  # the runner's batches share one severity: one group
+            rows = [i for i, s in enumerate(severities) if s == severity]
+            sub = images if len(rows) == n else images[rows]
+            part = self.corrupt_tensor(sub.contiguous(), severity, [params[i] for i in rows])
+            if len(rows) == n:
+                return part
+            out[rows] = part
+        return out
 
 
 def check_image(image: np.ndarray, shift_name: str) -> None:
@@ -101,6 +140,25 @@ def check_image(image: np.ndarray, shift_name: str) -> None:
         raise ShiftbenchError(
             f"corruption {shift_name!r} needs images of at least {MIN_SIDE}x{MIN_SIDE} px, got {w}x{h} (WxH)"
         )
+
+
+def check_tensor(images: Any, params: Sequence[dict[str, Any]], shift_name: str) -> list[dict[str, Any]]:
+    """Tensor corruptions take a uint8 (N, 3, H, W) torch tensor, images of at least 32x32 pixels and
+    one params dict per image (returned as a list)."""
+    import torch
+
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 3 or images.dtype != torch.uint8:
+        shape = tuple(images.shape) if hasattr(images, "shape") else None
+        raise ShiftbenchError(
+            f"corruption {shift_name!r} on tensors needs a uint8 (N, 3, H, W) tensor, got {getattr(images, 'dtype', type(images).__name__)} {shape}"
+        )
+    n, _, h, w = images.shape
+    if h < MIN_SIDE or w < MIN_SIDE:
+        raise ShiftbenchError(f"corruption {shift_name!r} needs images of at least {MIN_SIDE}x{MIN_SIDE} px, got {w}x{h} (WxH)")
+    params = list(params)
+    if len(params) != n:
+        raise ShiftbenchError(f"corruption {shift_name!r}: {n} images but {len(params)} params")
+    return params
 
 
 def grey3(x: np.ndarray) -> np.ndarray:

@@ -3,13 +3,14 @@
 Filtering runs in OpenCV on float32 images (defocus through a DFT with a cached kernel
 spectrum, motion blur as banded direct filters, zoom as 4-channel uint8 warps); glass_blur's
 sequential shuffle is compiled (numba). Kernels, radii and border rules follow the reference
-(the scikit-image / scipy / OpenCV calls of imagecorruptions).
+(the scikit-image / scipy / OpenCV calls of imagecorruptions). The tensor paths (``corrupt_tensor``)
+run the same filters as convolutions, gathers and grid samples on the tensor's device.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import cv2
 import numpy as np
@@ -24,6 +25,7 @@ from ._common import (
     to_uint8,
     zoom_crop_matrix,
 )
+from ._torch import gaussian_blur_tensor, motion_blur_tensor, on_device, pad_border, trunc, warp_grid
 
 __all__ = ["DefocusBlur", "GlassBlur", "MotionBlur", "ZoomBlur", "GaussianBlur"]
 
@@ -56,11 +58,20 @@ def disk_kernel(radius: int, alias_blur: float) -> np.ndarray:
 class DefocusBlur(Corruption):
     """Defocus blur (ImageNet-C): convolution with an anti-aliased disk of radius 3..10 px."""
 
-    group: ClassVar[str] = "blur"
-
     def corrupt(self, image, severity, params):
         radius, alias_blur = DEFOCUS[severity - 1]
         return to_uint8(disk_convolve(image, radius, alias_blur))
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch.nn.functional as F
+
+        radius, alias_blur = DEFOCUS[severity - 1]
+        kernel = disk_kernel(radius, alias_blur)
+        half = kernel.shape[0] // 2
+        n, c, h, w = x.shape
+        weight = on_device(x.device, ("disk", radius, alias_blur), lambda: kernel.astype(np.float32)[None, None])
+        planes = pad_border(x.reshape(n * c, 1, h, w).float(), half, half, half, half, "reflect101")
+        return trunc(F.conv2d(planes, weight).reshape(n, c, h, w))
 
 
 @lru_cache(maxsize=32)
@@ -96,8 +107,6 @@ def disk_convolve(image: np.ndarray, radius: int, alias_blur: float) -> np.ndarr
 class GlassBlur(Corruption):
     """Glass blur (ImageNet-C): Gaussian blur, sequential local pixel shuffle, Gaussian blur."""
 
-    group: ClassVar[str] = "blur"
-
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
@@ -132,12 +141,24 @@ class GlassBlur(Corruption):
         shuffle_in_place(shuffled, self.raw_words(image.shape, severity, params), delta, iterations)
         return to_uint8(gaussian_blur_like_skimage(shuffled.astype(np.float32), sigma))
 
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        from ._kernels import shuffle_in_place
+
+        sigma, delta, iterations = GLASS[severity - 1]
+        shuffled = gaussian_blur_tensor(x.float(), sigma).to(torch.uint8)  # truncated between the blurs, as the reference
+        # the shuffle is sequential (each swap moves pixels an earlier swap moved): compiled, on the CPU
+        hwc = shuffled.permute(0, 2, 3, 1).contiguous().cpu().numpy()
+        for i, p in enumerate(params):
+            shuffle_in_place(hwc[i], self.raw_words(hwc[i].shape, severity, p), delta, iterations)
+        back = torch.from_numpy(hwc).to(x.device).permute(0, 3, 1, 2).float()
+        return trunc(gaussian_blur_tensor(back, sigma))
+
 
 @SHIFTS.register("motion_blur", description="Motion blur along a random direction (ImageNet-C)", group="blur")
 class MotionBlur(Corruption):
     """Motion blur (ImageNet-C): one-sided half-Gaussian streak of 2r+1 px at an angle in [-45, 45) degrees."""
-
-    group: ClassVar[str] = "blur"
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"angle": float(rng.uniform(-45.0, 45.0))}
@@ -146,12 +167,14 @@ class MotionBlur(Corruption):
         radius, sigma = MOTION[severity - 1]
         return to_uint8(motion_blur(image.astype(np.float32), radius, sigma, params["angle"]))
 
+    def corrupt_tensor(self, x, severity, params):
+        radius, sigma = MOTION[severity - 1]
+        return trunc(motion_blur_tensor(x.float(), radius, sigma, [p["angle"] for p in params]))
+
 
 @SHIFTS.register("zoom_blur", description="Zoom (radial) blur (ImageNet-C)", group="blur")
 class ZoomBlur(Corruption):
     """Zoom blur (ImageNet-C): the mean of the image and its central zooms by 1.0..1.3."""
-
-    group: ClassVar[str] = "blur"
 
     @staticmethod
     def factors(severity: int) -> np.ndarray:
@@ -174,6 +197,22 @@ class ZoomBlur(Corruption):
         out *= 1.0 / (len(factors) + 1)
         return to_uint8(out)
 
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+        import torch.nn.functional as F
+
+        n, c, h, w = x.shape
+        factors = self.factors(severity)
+        xf = x.float()
+        total = xf * 2.0  # the image and the zoom by 1.0
+        for factor in factors[1:]:
+            grid = on_device(x.device, ("zoom", h, w, float(factor)),
+                             lambda f=factor: warp_grid((h, w), (h, w), zoom_crop_matrix((h, w), f)))
+            layer = F.grid_sample(xf, grid.expand(n, h, w, 2), mode="bilinear", padding_mode="border", align_corners=True)
+            total += torch.round(layer)  # the numpy path warps in uint8: each layer rounded to a level
+        total *= 1.0 / (len(factors) + 1)
+        return trunc(total)
+
 
 @lru_cache(maxsize=64)
 def _zoom_matrices(h: int, w: int, severity: int) -> tuple[np.ndarray, ...]:
@@ -186,7 +225,8 @@ def _zoom_matrices(h: int, w: int, severity: int) -> tuple[np.ndarray, ...]:
 class GaussianBlur(Corruption):
     """Gaussian blur (ImageNet-C extra): sigma 1..6 px, edges replicated."""
 
-    group: ClassVar[str] = "extra"
-
     def corrupt(self, image, severity, params):
         return to_uint8(gaussian_blur_like_skimage(image.astype(np.float32), GAUSSIAN_SIGMA[severity - 1]))
+
+    def corrupt_tensor(self, x, severity, params):
+        return trunc(gaussian_blur_tensor(x.float(), GAUSSIAN_SIGMA[severity - 1]))

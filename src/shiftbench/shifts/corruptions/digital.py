@@ -1,16 +1,21 @@
-"""Digital corruptions: contrast, elastic_transform, pixelate, jpeg_compression (ImageNet-C) and saturate (extra)."""
+"""Digital corruptions: contrast, elastic_transform, pixelate, jpeg_compression (ImageNet-C) and saturate (extra).
+
+The tensor paths (``corrupt_tensor``) read the numpy paths' tables and fields on the tensor's device;
+JPEG has no device codec with libjpeg-turbo's bytes and is encoded on the CPU.
+"""
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import cv2
 import numpy as np
 
 from ...registry import SHIFTS
 from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, noise_rng, to_uint8
+from ._torch import on_device, trunc
 
 __all__ = ["Contrast", "ElasticTransform", "Pixelate", "JpegCompression", "Saturate"]
 
@@ -29,8 +34,6 @@ class Contrast(Corruption):
     with the reference's own float64 expression and applied in the same compiled pass.
     """
 
-    group: ClassVar[str] = "digital"
-
     def corrupt(self, image, severity, params):
         from ._kernels import contrast_pass
 
@@ -38,6 +41,17 @@ class Contrast(Corruption):
         out = np.empty_like(image)
         contrast_pass(image, means, float(CONTRAST[severity - 1]), out)  # the tables and their reads, one pass
         return out
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        n, c, h, w = x.shape
+        c_ = float(CONTRAST[severity - 1])
+        flat = x.reshape(n, c, h * w)
+        means = flat.to(torch.float64).mean(dim=2, keepdim=True) / 255.0  # (N, 3, 1), as cv2.mean
+        levels = torch.arange(256, device=x.device, dtype=torch.float64).view(1, 1, 256) / 255.0
+        table = (((levels - means) * c_ + means).clamp_(0.0, 1.0) * 255.0).to(torch.uint8)  # (N, 3, 256), the reference's float64
+        return table.gather(2, flat.to(torch.int64)).reshape(n, c, h, w)
 
 
 @SHIFTS.register("elastic_transform", description="Smooth random elastic warp (ImageNet-C)", group="digital")
@@ -47,8 +61,6 @@ class ElasticTransform(Corruption):
     Smoothing sigma (1% of each side) and displacement range (0.5% of the height) scale with the
     image, as in the reference.
     """
-
-    group: ClassVar[str] = "digital"
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
@@ -78,6 +90,24 @@ class ElasticTransform(Corruption):
         rgba = cv2.cvtColor(image, cv2.COLOR_RGB2RGBA).astype(np.float32)
         out = cv2.remap(rgba, dx, dy, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT)
         return to_uint8(cv2.cvtColor(out, cv2.COLOR_RGBA2RGB))
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+        import torch.nn.functional as F
+
+        n, _, h, w = x.shape
+        grids = np.empty((n, h, w, 2), dtype=np.float32)
+        for i, p in enumerate(params):  # the displacement fields: drawn and smoothed from the seed on the CPU
+            dx, dy = self.displacement((h, w), severity, p)
+            # source positions, normalised for align_corners=False
+            sx = dx + np.arange(w, dtype=np.float32)[None, :]
+            sy = dy + np.arange(h, dtype=np.float32)[:, None]
+            grids[i, ..., 0] = (2.0 * sx + 1.0) / w - 1.0
+            grids[i, ..., 1] = (2.0 * sy + 1.0) / h - 1.0
+        grid = torch.from_numpy(grids).to(x.device)
+        # "reflection" with align_corners=False mirrors about the outer pixel edges: OpenCV's BORDER_REFLECT
+        out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+        return trunc(out)
 
 
 @lru_cache(maxsize=64)
@@ -122,6 +152,30 @@ def box_downscale(image: np.ndarray, out_w: int, out_h: int) -> np.ndarray:
     return out
 
 
+def _box_pass_tensor(x, starts: np.ndarray, counts: np.ndarray, coeffs: np.ndarray, axis: int):
+    """Pillow's 8-bit BOX resampling along ``axis`` of an int64 tensor: 22-bit fixed-point taps from a
+    rounding offset of 2**21, shifted right by 22 and clamped (bit for bit as the numpy kernels)."""
+    import torch
+
+    size = x.shape[axis]
+    acc = None
+    for t in range(int(counts.max())):
+        index = torch.from_numpy(np.minimum(starts + t, size - 1)).to(x.device)
+        k = torch.from_numpy(np.where(t < counts, coeffs[:, t], 0).astype(np.int64)).to(x.device)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        term = x.index_select(axis, index) * k.view(shape)
+        acc = term if acc is None else acc + term
+    return ((acc + (1 << 21)) >> 22).clamp_(0, 255)
+
+
+@lru_cache(maxsize=64)
+def _nearest_exact(in_size: int, out_size: int) -> np.ndarray:
+    """Source index of every output pixel of OpenCV's INTER_NEAREST_EXACT resize: floor((dst + 0.5) * in / out)."""
+    probe = cv2.resize(np.arange(in_size, dtype=np.float32)[None, :], (out_size, 1), interpolation=cv2.INTER_NEAREST_EXACT)
+    return probe[0].astype(np.int64)
+
+
 @SHIFTS.register("pixelate", description="Box downscale then nearest upscale (ImageNet-C)", group="digital")
 class Pixelate(Corruption):
     """Pixelate (ImageNet-C): box-filter down to 0.6..0.25 of the size, nearest-neighbour back.
@@ -131,13 +185,24 @@ class Pixelate(Corruption):
     identical output, without Pillow's image copies.
     """
 
-    group: ClassVar[str] = "digital"
-
     def corrupt(self, image, severity, params):
         c = PIXELATE[severity - 1]
         h, w = image.shape[:2]
         small = box_downscale(image, int(w * c), int(h * c))
         return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST_EXACT)
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        c = PIXELATE[severity - 1]
+        n, _, h, w = x.shape
+        out_w, out_h = int(w * c), int(h * c)
+        small = _box_pass_tensor(x.to(torch.int64), *box_coefficients(w, out_w), axis=3)
+        small = _box_pass_tensor(small, *box_coefficients(h, out_h), axis=2)
+        # OpenCV's INTER_NEAREST_EXACT back up: source = floor((dst + 0.5) * in / out)
+        rows = torch.from_numpy(_nearest_exact(out_h, h)).to(x.device)
+        cols = torch.from_numpy(_nearest_exact(out_w, w)).to(x.device)
+        return small.index_select(2, rows).index_select(3, cols).to(torch.uint8)
 
 
 @SHIFTS.register("jpeg_compression", description="JPEG re-encoding at quality 25..7 (ImageNet-C)", group="digital")
@@ -149,8 +214,6 @@ class JpegCompression(Corruption):
     in copies between Pillow and numpy.
     """
 
-    group: ClassVar[str] = "digital"
-
     def corrupt(self, image, severity, params):
         ok, encoded = cv2.imencode(
             ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY[severity - 1]]
@@ -160,6 +223,14 @@ class JpegCompression(Corruption):
         if _IMREAD_RGB is not None:
             return cv2.imdecode(encoded, _IMREAD_RGB)
         return cv2.cvtColor(cv2.imdecode(encoded, cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        # no device JPEG codec gives libjpeg-turbo's bytes: encode and decode on the CPU, per image
+        hwc = x.permute(0, 2, 3, 1).contiguous().cpu().numpy()
+        out = np.stack([self.corrupt(im, severity, p) for im, p in zip(hwc, params)])
+        return torch.from_numpy(out).to(x.device).permute(0, 3, 1, 2).contiguous()
 
 
 _IMREAD_RGB = getattr(cv2, "IMREAD_COLOR_RGB", None)  # OpenCV >= 4.10 decodes straight to RGB
@@ -173,14 +244,26 @@ class Saturate(Corruption):
     ch' = V - (V - ch) * S'/S; grey pixels take the reference's hue 0 (red) when b > 0.
     """
 
-    group: ClassVar[str] = "extra"
-
     def corrupt(self, image, severity, params):
         from ._kernels import saturate_pass
 
         out = np.empty_like(image)
         saturate_pass(image, *saturate_tables(severity), out)  # one pass, one table read per pixel
         return out
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        factors = on_device(x.device, ("saturate", severity), lambda: saturate_tables(severity)[0])
+        grey = on_device(x.device, ("saturate-grey", severity), lambda: saturate_tables(severity)[1])
+        v = x.amax(dim=1, keepdim=True)
+        spread = (v - x.amin(dim=1, keepdim=True)).to(torch.int64)
+        vi = v.to(torch.int64)
+        factor = factors[(vi << 8) | spread]
+        value = v.float()
+        moved = trunc(value - (value - x.float()) * factor)
+        grey_pixel = torch.cat([x[:, 0:1], grey[vi], grey[vi]], dim=1)
+        return torch.where(spread > 0, moved, grey_pixel)
 
 
 @lru_cache(maxsize=None)

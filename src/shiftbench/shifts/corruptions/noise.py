@@ -4,18 +4,20 @@ Each output channel value depends only on the input value and the noise, so the 
 distribution of the reference formula is tabulated per grey level (256 x 256) once per severity
 and sampled with the alias method (see _common). The result has the same distribution as the
 reference output, at a fraction of the cost of drawing Gaussian or Poisson variates in float64.
+The tensor path reads the same tables with the same random words, bit for bit.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from ...registry import SHIFTS
 from ._common import Corruption, alias_table, draw_seed, noise_rng, normal_cdf, sample_from_table
+from ._torch import on_device
 
 __all__ = ["GaussianNoise", "ShotNoise", "ImpulseNoise", "SpeckleNoise"]
 
@@ -86,8 +88,6 @@ def impulse_table(severity: int):
 class _TabulatedNoise(Corruption):
     """Noise whose per-value output distribution is tabulated; draws one seed per image."""
 
-    group: ClassVar[str] = "noise"
-
     def table(self, severity: int):
         raise NotImplementedError
 
@@ -96,6 +96,24 @@ class _TabulatedNoise(Corruption):
 
     def corrupt(self, image: np.ndarray, severity: int, params: dict[str, Any]) -> np.ndarray:
         return sample_from_table(image, self.table(severity), noise_rng(params))
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        n, _, h, w = x.shape
+        table = on_device(x.device, ("alias", self.name, severity), lambda: self.table(severity).astype(np.int64))
+        size = h * w * 3
+        # the numpy path's 32-bit words (low half of each 64-bit PCG64 output first), per image, in
+        # HWC order; drawn on the CPU from the recorded seed, 4 bytes per value moved to the device
+        words = np.empty((n, size), dtype=np.uint32)
+        for i, p in enumerate(params):
+            words[i] = noise_rng(p).bit_generator.random_raw((size + 1) // 2).view(np.uint32)[:size]
+        word = torch.from_numpy(words.view(np.int32)).to(x.device).to(torch.int64) & 0xFFFFFFFF
+        values = x.permute(0, 2, 3, 1).reshape(n, size).to(torch.int64)
+        column = word >> 24
+        entry = table[(values << 8) | column]
+        out = torch.where((word & 0xFFFFFF) < (entry >> 8), column, entry & 0xFF)
+        return out.to(torch.uint8).reshape(n, h, w, 3).permute(0, 3, 1, 2).contiguous()
 
 
 @SHIFTS.register("gaussian_noise", description="Additive Gaussian noise (ImageNet-C)", group="noise")
@@ -125,8 +143,6 @@ class ImpulseNoise(_TabulatedNoise):
 @SHIFTS.register("speckle_noise", description="Multiplicative Gaussian noise (ImageNet-C extra)", group="extra")
 class SpeckleNoise(_TabulatedNoise):
     """Multiplicative noise (ImageNet-C extra): x + x * N(0, c), c = 0.15..0.6."""
-
-    group: ClassVar[str] = "extra"
 
     def table(self, severity: int):
         return speckle_table(severity)

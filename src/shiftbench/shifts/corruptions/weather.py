@@ -2,13 +2,15 @@
 
 frost blends in one of five overlays shipped in ``shiftbench/data/frost`` (generated
 procedurally by ``tools/make_frost_overlays.py``; the reference's photographs are not shipped).
+The tensor paths (``corrupt_tensor``) draw what the numpy paths draw, on the CPU from the recorded
+seed, and blend on the tensor's device.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import cv2
 import numpy as np
@@ -25,6 +27,7 @@ from ._common import (
     to_uint8,
     zoom_crop_matrix,
 )
+from ._torch import motion_blur_tensor, on_device, stack_to_device, trunc, warp_grid
 
 __all__ = ["Snow", "Frost", "Fog", "Brightness", "Spatter", "plasma_fractal", "FROST_DIR"]
 
@@ -53,14 +56,17 @@ WATER_RGB = np.array([175, 238, 238], dtype=np.float32) / 255.0  # pale turquois
 MUD_RGB = np.array([63, 42, 20], dtype=np.float32) / 255.0
 
 
+def _grey_tensor(x):
+    """OpenCV's RGB -> grey weights on a float (N, 3, H, W) tensor, as (N, 1, H, W)."""
+    return 0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]
+
+
 # -- snow -----------------------------------------------------------------------------------------
 
 
 @SHIFTS.register("snow", description="Falling snow over a greyed image (ImageNet-C)", group="weather")
 class Snow(Corruption):
     """Snow (ImageNet-C): thresholded zoomed noise, motion-blurred into streaks, added twice (rotated)."""
-
-    group: ClassVar[str] = "weather"
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng), "angle": float(rng.uniform(-135.0, -45.0))}
@@ -90,6 +96,34 @@ class Snow(Corruption):
         out += grey3(flakes)
         return to_uint8(out)
 
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+        import torch.nn.functional as F
+
+        mean, std, zoom, threshold, radius, sigma, weight = SNOW[severity - 1]
+        n, _, h, w = x.shape
+        crop_h, crop_w = int(np.ceil(h / float(zoom))), int(np.ceil(w / float(zoom)))
+        layers = []
+        for p in params:  # the numpy path's draws: the central crop of standard normals, float32
+            layer = noise_rng(p).standard_normal((crop_h, crop_w), dtype=np.float32)
+            layer *= std
+            layer += mean
+            layers.append(layer)
+        layer = stack_to_device(layers, x)[:, None]
+        matrix = zoom_crop_matrix((h, w), zoom)
+        matrix[:, 2] = 0.0
+        grid = on_device(x.device, ("snow", h, w, float(zoom)), lambda: warp_grid((h, w), (crop_h, crop_w), matrix))
+        layer = F.grid_sample(layer, grid.expand(n, h, w, 2), mode="bilinear", padding_mode="zeros", align_corners=True)
+        layer = torch.where(layer < threshold, torch.zeros_like(layer), layer).clamp_(0, 1)
+        layer = motion_blur_tensor(layer, radius, sigma, [p["angle"] for p in params])
+        layer = torch.round(layer * 255.0)
+        flakes = layer + layer.flip(-1, -2)
+        xf = x.float()
+        lifted = torch.maximum(xf, _grey_tensor(xf) * 1.5 + 127.5)
+        out = xf * weight + lifted * (1.0 - weight)
+        out += flakes
+        return trunc(out)
+
 
 # -- frost ----------------------------------------------------------------------------------------
 
@@ -118,8 +152,6 @@ def rescaled_overlay(index: int, height: int, width: int) -> np.ndarray:
 class Frost(Corruption):
     """Frost (ImageNet-C): a random crop of a frost overlay blended over the image."""
 
-    group: ClassVar[str] = "weather"
-
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         h, w = shape[:2]
         index = int(rng.integers(len(FROST_FILES)))
@@ -135,6 +167,23 @@ class Frost(Corruption):
         if crop.shape != image.shape:
             raise ShiftbenchError(f"frost params {params} do not fit a {w}x{h} image")
         return to_uint8(cv2.addWeighted(image, image_weight, crop, frost_weight, 0.0, dtype=cv2.CV_32F))
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        image_weight, frost_weight = FROST[severity - 1]
+        n, _, h, w = x.shape
+        crops = []
+        for p in params:
+            index = int(p["overlay"])
+            overlay = on_device(x.device, ("frost", index, h, w), lambda i=index: rescaled_overlay(i, h, w).transpose(2, 0, 1))
+            top, left = int(p["top"]), int(p["left"])
+            crop = overlay[:, top : top + h, left : left + w]
+            if tuple(crop.shape[1:]) != (h, w):
+                raise ShiftbenchError(f"frost params {p} do not fit a {w}x{h} image")
+            crops.append(crop)
+        out = x.float() * image_weight + torch.stack(crops).float() * frost_weight
+        return trunc(out)
 
 
 # -- fog ------------------------------------------------------------------------------------------
@@ -162,8 +211,6 @@ def plasma_fractal(size: int, decay: float, rng: np.random.Generator) -> np.ndar
 class Fog(Corruption):
     """Fog (ImageNet-C): a diamond-square fractal added, then the range compressed."""
 
-    group: ClassVar[str] = "weather"
-
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
@@ -178,6 +225,16 @@ class Fog(Corruption):
         fog = grey3(fractal * np.float32(255.0 * strength * scale))
         out = cv2.scaleAdd(image.astype(np.float32), scale, fog)
         return to_uint8(out)
+
+    def corrupt_tensor(self, x, severity, params):
+        strength, decay = FOG[severity - 1]
+        n, _, h, w = x.shape
+        size = 1 << (max(h, w) - 1).bit_length()
+        fractal = stack_to_device([plasma_fractal(size, decay, noise_rng(p))[:h, :w] for p in params], x)[:, None]
+        peak = x.reshape(n, -1).amax(dim=1).float() / 255.0
+        scale = (peak / (peak + strength)).view(n, 1, 1, 1)
+        out = x.float() * scale + fractal * (255.0 * strength * scale)
+        return trunc(out)
 
 
 # -- brightness -----------------------------------------------------------------------------------
@@ -203,14 +260,19 @@ class Brightness(Corruption):
     256x256 table indexed by (max channel, channel).
     """
 
-    group: ClassVar[str] = "weather"
-
     def corrupt(self, image, severity, params):
         from ._kernels import brightness_pass
 
         out = np.empty_like(image)
         brightness_pass(image, brightness_lut(severity), out)  # one pass: max channel, three table reads
         return out
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        lut = on_device(x.device, ("brightness", severity), lambda: brightness_lut(severity))
+        v = x.amax(dim=1, keepdim=True).to(torch.int64) << 8
+        return lut[v | x.to(torch.int64)]
 
 
 # -- spatter --------------------------------------------------------------------------------------
@@ -219,8 +281,6 @@ class Brightness(Corruption):
 @SHIFTS.register("spatter", description="Water or mud spatter (ImageNet-C extra)", group="extra")
 class Spatter(Corruption):
     """Spatter (ImageNet-C extra): water drops (severity 1-3) or mud (4-5) from thresholded noise."""
-
-    group: ClassVar[str] = "extra"
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
@@ -267,3 +327,19 @@ class Spatter(Corruption):
             out = x * (1.0 - mask3) + mask3 * MUD_RGB
         out *= 255.0
         return to_uint8(out)
+
+    def corrupt_tensor(self, x, severity, params):
+        import torch
+
+        mud = SPATTER[severity - 1][5]
+        n, _, h, w = x.shape
+        # the layer (drops or mud mask) is a function of the recorded seed alone: drawn and shaped on the
+        # CPU (OpenCV's Canny, distance transform, equalisation), blended on the device
+        layer = stack_to_device([self.layer((h, w), severity, p) for p in params], x)[:, None]
+        xf = x.float() / 255.0
+        if not mud:
+            out = xf + layer * torch.from_numpy(WATER_RGB).to(x.device).view(1, 3, 1, 1)
+        else:
+            out = xf * (1.0 - layer) + layer * torch.from_numpy(MUD_RGB).to(x.device).view(1, 3, 1, 1)
+        out *= 255.0
+        return trunc(out)

@@ -358,6 +358,7 @@ class TextCorruption(TextShift):
         """
         return None
 
+    # a vectorised kernel: kept whole (issue 26 allows kernels over 80 lines)
     def _batch_ascii_words(self, texts: list[str], severity: int, stream: _SharedStream,
                            return_params: bool) -> Any:
         joined = "\x00".join(texts)  # NUL is not a word character: it bounds words like a text end

@@ -20,6 +20,7 @@ import yaml
 
 from ..console import print_table
 from ..errors import ShiftbenchError
+from ..results.store import params_key
 
 
 def demo_spec(name: str) -> dict[str, Any]:
@@ -30,8 +31,8 @@ def demo_spec(name: str) -> dict[str, Any]:
 
 def run_demo(out: str | Path, quick: bool = False) -> Path:
     from ..console import make_console, plural
+    from ..engine.evaluate import evaluate
     from ..report import build_report
-    from .evaluate import evaluate
 
     console = make_console()
     out = Path(out)
@@ -79,10 +80,10 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
     groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
     source = _attack_source(spec, rows)
     n = max((r["n"] for r in top1 if r["shift"] == "clean"), default=0)
-    fam = {(r["shift"], str(sorted((r["params"] or {}).items()))): family_of(r["shift"], r["params"]) for r in top1}
+    fam = {(r["shift"], params_key(r["params"])): family_of(r["shift"], r["params"]) for r in top1}
 
     def family(r: dict[str, Any]) -> str | None:
-        return fam[(r["shift"], str(sorted((r["params"] or {}).items())))]
+        return fam[(r["shift"], params_key(r["params"]))]
 
     def values(mine: list[dict[str, Any]], names: tuple[str, ...]) -> list[float]:
         return [r["value"] for r in mine if family(r) in names]

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 from ..errors import StoreError
 from ..seeds import check_seed
+from .identity import describe_changes, identity_key
 
 SCHEMA_VERSION = "1"
 _MAGIC_KEY = "shiftbench_schema"
@@ -131,6 +132,17 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def params_key(params: dict[str, Any] | None) -> str:
+    """The one key of a shift's params (canonical JSON, ``{}`` for none): the stored conditions, the
+    thumbnails and predictions, the retrieval units and the report's tables all group by it, so a resumed
+    run finds the conditions an earlier one stored.
+
+    >>> params_key({"b": 1, "a": [0.5]}), params_key(None)
+    ('{"a":[0.5],"b":1}', '{}')
+    """
+    return canonical_json(params or {})
+
+
 def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()
 
@@ -166,7 +178,7 @@ class ConditionKey:
 
     @property
     def params_json(self) -> str:
-        return canonical_json(self.params or {})
+        return params_key(self.params)
 
 
 class Store:
@@ -441,8 +453,6 @@ class Store:
 
     def _resolve_run(self, conn: sqlite3.Connection, spec: dict[str, Any], identity: dict[str, Any] | None,
                      run_id: str | None, new_run: bool) -> tuple[str, Any]:
-        from .identity import describe_changes, identity_key
-
         digest = spec_hash(spec)
         identity_json = None if identity is None else canonical_json(identity)
         keyed = None if identity is None else f"run-{identity_key({'spec': digest, 'identity': identity})[:12]}"

@@ -1,0 +1,10 @@
+"""The results layer: what a run leaves behind, below both the engine that writes it and the report that reads it.
+
+- :mod:`.store`: the SQLite store of runs, conditions, results, batches, predictions, per-sample values and
+  artifacts (``Store``, ``ConditionKey``, ``params_key``, ``canonical_json``, ``spec_hash``);
+- :mod:`.artifacts`: every artifact key a step writes, spelled once, with its reader;
+- :mod:`.codec`: the metric-state codec (``encode_state`` / ``decode_state``) of the per-batch states;
+- :mod:`.identity`: a stored run identity's key, and what changed between two identities.
+
+It imports only shiftbench's core modules (errors, seeds), never the engine or the report.
+"""
