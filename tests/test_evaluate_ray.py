@@ -21,7 +21,7 @@ import shiftbench as sb
 import tiny_registry  # noqa: F401  (registers _test_tiny, _test_noise, _test_modeled)
 from e2e import KillFirstLogged
 from shiftbench.errors import ShiftbenchError, SpecError
-from shiftbench.spec import load_spec
+from shiftbench.spec import EngineSection, load_spec
 
 HERE = Path(__file__).parent
 SRC = HERE.parent / "src"
@@ -264,7 +264,7 @@ def test_engine_is_not_part_of_the_run_identity(ray_cluster, tmp_path):
     # a run started locally resumes on Ray (and the other way round): the spec's identity leaves it out
     a = load_spec(spec())
     b = load_spec(spec(engine=ray_engine(ray_cluster)))
-    assert a.raw == b.raw and b.engine == {"name": "ray", "address": ray_cluster["address"]}
+    assert a.raw == b.raw and b.engine == EngineSection("ray", address=ray_cluster["address"])
 
 
 def test_models_passed_as_objects_travel_to_the_actors(ray_cluster, tmp_path):

@@ -180,10 +180,7 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         spec.log_samples = True
     if on_error is not None:
         spec.on_error = on_error
-    from .engine.engines import engine_options
-
-    spec.engine = engine_options(spec.engine, name=engine, address=address, workers=workers,
-                                 shard_size=shard_size, pixels=pixels) or None
+    spec = spec.with_engine(name=engine, address=address, workers=workers, shard_size=shard_size, pixels=pixels)
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)
@@ -201,16 +198,16 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
     from .engine.evaluate import prepare
     from .results.store import Store
 
-    engine = dict(spec.engine or {})
-    if engine.get("name") == "ray":  # Ray importable and the cluster answering, as the run would check
+    address = spec.engine.address
+    if spec.engine.ray:  # Ray importable and the cluster answering, as the run would check
         from .engine.engines import check_reachable, import_ray
 
         import_ray()
-        if engine.get("address") not in (None, "", "auto"):
+        if address not in (None, "", "auto"):
             from .engine.cluster import token_auth
 
-            check_reachable(engine["address"])
-            token_auth(engine["address"])  # a cluster that would refuse the run's token (or its lack) refuses now
+            check_reachable(address)
+            token_auth(address)  # a cluster that would refuse the run's token (or its lack) refuses now
     plan = prepare(spec)
     where = "new store"
     path = Path(store)
@@ -248,10 +245,10 @@ def _print_plan(plan, store: str) -> None:
     if plan.conditions and spec.on_error == "fail":  # what prepare asked of the data (engine/evaluate.py)
         say(f"checked: every shift's params drawn on the first batch ({min(spec.batch_size, plan.samples)} "
             "samples) of every condition")
-    engine = dict(spec.engine or {})
-    if engine.get("name") == "ray":
-        say(f"engine: ray ({engine.get('address') or 'a local cluster'}; units of "
-            f"{engine.get('shard_size', DEFAULT_SHARD)} samples in whole batches of {spec.batch_size})")
+    engine = spec.engine
+    if engine.ray:
+        say(f"engine: ray ({engine.address or 'a local cluster'}; units of "
+            f"{engine.shard_size or DEFAULT_SHARD} samples in whole batches of {spec.batch_size})")
     print_table(console, table)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from .errors import SeedError, ShiftbenchError, SpecError, UnknownNameError
 from .seeds import check_seed
 
-__all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "load_spec"]
+__all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "load_spec"]
 
 TOP_KEYS = {
     "name": "a short name for the run",
@@ -95,6 +95,45 @@ class PlannedCondition:
     severity: int
 
 
+ENGINE_KEYS = {"name", "address", "workers", "shard_size", "pixels"}
+ENGINE_NAMES = ("local", "ray")
+PIXELS = ("auto", "device", "cpu")
+
+
+@dataclass(frozen=True)
+class EngineSection:
+    """The spec's ``engine:`` section (where the work runs), parsed once; not part of the run's identity.
+
+    >>> EngineSection().with_overrides(name="ray", workers=2)
+    EngineSection(name='ray', address=None, workers=2, shard_size=None, pixels=None)
+    """
+
+    name: str = "local"
+    address: str | None = None  # HOST:PORT of a Ray cluster's head (ray only)
+    workers: int | None = None  # ray only
+    shard_size: int | None = None  # samples per unit of work (ray only)
+    pixels: str | None = None  # where corruptions run: auto (None), device or cpu
+
+    @property
+    def ray(self) -> bool:
+        return self.name == "ray"
+
+    def with_overrides(self, name: str | None = None, address: str | None = None, workers: int | None = None,
+                       shard_size: int | None = None, pixels: str | None = None) -> "EngineSection":
+        """This section with the overrides that are not None (flags, arguments) on top, checked: a known
+        engine, and no address, workers or shard size for the local engine."""
+        given = {"name": name, "address": address, "workers": workers, "shard_size": shard_size, "pixels": pixels}
+        merged = dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
+        if merged.name not in ENGINE_NAMES:
+            raise ShiftbenchError(f"engine {merged.name!r}: expected one of {', '.join(ENGINE_NAMES)}")
+        for key in ("address", "workers", "shard_size"):
+            if getattr(merged, key) and not merged.ray:
+                raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
+        if merged.pixels is not None and merged.pixels not in PIXELS:
+            raise ShiftbenchError(f"pixels {merged.pixels!r}: expected one of {', '.join(PIXELS)}")
+        return merged
+
+
 @dataclass
 class Spec:
     """A validated benchmark spec. ``raw`` is the normalised dict that identifies the run."""
@@ -114,7 +153,7 @@ class Spec:
     source: str | None = None
     on_error: str = "fail"
     label_map: dict[str, str | int] | None = None
-    engine: dict[str, Any] | None = None  # {name, address, workers, shard_size}; left out of ``raw``
+    engine: EngineSection = field(default_factory=EngineSection)  # left out of ``raw``
     quality: dict[str, Any] | None = None  # {metrics, severity, limit, features, clip}, defaults filled in
     curate: dict[str, Any] | None = None  # {models: [...] or None (= every model), min_mask_fraction}
     analysis: dict[str, Any] | None = None  # {views, samples, limit, models, target}, defaults filled in
@@ -130,6 +169,11 @@ class Spec:
                 for severity in shift.severities:
                     planned.append(PlannedCondition(model.label or model.name, shift.name, dict(shift.params), severity))
         return planned
+
+    def with_engine(self, **overrides: Any) -> "Spec":
+        """This spec with its engine section overridden (CLI flags, ``evaluate``'s arguments; see
+        :meth:`EngineSection.with_overrides`); the run's identity is unchanged."""
+        return dataclasses.replace(self, engine=self.engine.with_overrides(**overrides))
 
     @property
     def raw(self) -> dict[str, Any]:
@@ -158,10 +202,6 @@ class Spec:
             # the analysis section decides the stored analysis views: part of the identity, absent when unset
             **({"analysis": dict(self.analysis)} if self.analysis else {}),
         }
-
-
-ENGINE_KEYS = {"name", "address", "workers", "shard_size", "pixels"}
-PIXELS = ("auto", "device", "cpu")
 
 
 def _parse_quality(value: Any, source: str | None) -> dict[str, Any] | None:
@@ -263,10 +303,10 @@ def _parse_curate(value: Any, source: str | None) -> dict[str, Any] | None:
             "min_mask_fraction": None if fraction is None else float(fraction)}
 
 
-def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
-    """``engine: ray`` or ``engine: {name: ray, address: HOST:PORT, workers: N, shard_size: N}``."""
+def _parse_engine(value: Any, source: str | None) -> EngineSection:
+    """``engine: ray`` or ``engine: {name: ray, address: HOST:PORT, workers: N, shard_size: N, pixels}``."""
     if value is None:
-        return None
+        return EngineSection()
     where = _where(source, "engine")
     if isinstance(value, str):
         value = {"name": value}
@@ -276,7 +316,7 @@ def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
         if key not in ENGINE_KEYS:
             raise SpecError(f"{where}.{key}: unknown key{_suggest(str(key), sorted(ENGINE_KEYS))}")
     name = value.get("name", "local")
-    if name not in ("local", "ray"):
+    if name not in ENGINE_NAMES:
         raise SpecError(f"{where}.name: expected local or ray, got {name!r}")
     for key in ("workers", "shard_size"):
         v = value.get(key)
@@ -291,8 +331,7 @@ def _parse_engine(value: Any, source: str | None) -> dict[str, Any] | None:
     pixels = value.get("pixels")
     if pixels is not None and pixels not in PIXELS:
         raise SpecError(f"{where}.pixels: expected one of {', '.join(PIXELS)}, got {pixels!r}")
-    keys = ("address", "workers", "shard_size", "pixels")
-    return {"name": name, **{k: value[k] for k in keys if value.get(k) is not None}}
+    return EngineSection(name, address, value.get("workers"), value.get("shard_size"), pixels)
 
 
 def _known_keys(mapping: dict, known: Sequence[str], where: Callable[[Any], str]) -> None:

@@ -27,8 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ShiftbenchError
+from ..spec import ENGINE_NAMES as ENGINES, EngineSection
 
-ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
 VERBOSE_ENV = "SHIFTBENCH_RAY_VERBOSE"  # set to 1 to let Ray's own log lines through to the terminal
 log = logging.getLogger("shiftbench.engine")
@@ -346,28 +346,9 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
                               "`ray start --head` or leave --address out to start a local one") from None
 
 
-def engine_options(base: dict[str, Any] | None, **overrides: Any) -> dict[str, Any]:
-    """A spec's ``engine`` entry with the overrides that are not None (flags, arguments) on top, checked:
-    a known engine, and no address, workers or shard size for the local engine."""
-    options = dict(base or {})
-    options.update({key: value for key, value in overrides.items() if value is not None})
-    name = options.get("name", "local")
-    if name not in ENGINES:
-        raise ShiftbenchError(f"engine {name!r}: expected one of {', '.join(ENGINES)}")
-    for key in ("address", "workers", "shard_size"):
-        if options.get(key) and name != "ray":
-            raise ShiftbenchError(f"--{key.replace('_', '-')} is for the ray engine; add --engine ray")
-    pixels = options.get("pixels")
-    from ..spec import PIXELS
-
-    if pixels is not None and pixels not in PIXELS:
-        raise ShiftbenchError(f"pixels {pixels!r}: expected one of {', '.join(PIXELS)}")
-    return options
-
-
 def make_engine(engine: str = "local", workers: int = 1, address: str | None = None) -> Engine:
     """``local`` or ``ray``; an address is only for the ray engine."""
-    engine_options(None, name=engine, address=address)
+    EngineSection().with_overrides(name=engine, address=address)  # a known engine; an address only for ray
     if engine == "local":
         return LocalEngine(workers)
     return RayEngine(address=address, workers=workers if workers > 1 else None)

@@ -35,7 +35,7 @@ from ..metrics.base import OrderedMerge
 from ..registry import METRICS, MODELS
 from ..sample import Sample
 from ..seeds import check_seed
-from ..spec import Spec, load_spec
+from ..spec import EngineSection, Spec, load_spec
 from ..results.artifacts import CURATION_ARTIFACT, SKIPPED_ARTIFACT, thumb_key
 from ..results.codec import decode_state, encode_state
 from ..results.store import Store, params_key
@@ -57,7 +57,7 @@ log = logging.getLogger("shiftbench")
 def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
     """Set up a run without running it (see :class:`Plan`); raises the error the run would raise."""
     spec = load_spec(spec_or_path)
-    return _Runner(spec, None, None, False, models or {}, None, engine=spec.engine).prepare()
+    return _Runner(spec, None, None, False, models or {}, None).prepare()
 
 
 def evaluate(
@@ -91,18 +91,15 @@ def evaluate(
     starts a new run instead. Setup (dataset, models, conditioning) happens before the store is
     opened, and a store this call created that holds no result when the run fails is removed.
     """
-    spec = load_spec(spec_or_path)
-    from .engines import engine_options
-
-    options = engine_options(spec.engine, name=engine, address=address, workers=workers, shard_size=shard_size,
-                             pixels=pixels)
-    if options.get("name") == "ray":
+    spec = load_spec(spec_or_path).with_engine(name=engine, address=address, workers=workers,
+                                               shard_size=shard_size, pixels=pixels)
+    if spec.engine.ray:
         from .engines import check_reachable, import_ray
 
         import_ray()  # a missing Ray or an unreachable cluster is said before minutes of setup
-        if options.get("address") not in (None, "", "auto"):
-            check_reachable(options["address"])
-    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run, engine=options)
+        if spec.engine.address not in (None, "", "auto"):
+            check_reachable(spec.engine.address)
+    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run)
     plan = runner.prepare()
     tmpdir = None
     if store is None:
@@ -155,12 +152,10 @@ def _remove_if_empty(db: Store, path: Path, run_id: str | None) -> None:
 
 class _Runner:
     def __init__(self, spec: Spec, store: Store | None, run_id: str | None, progress: bool,
-                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False,
-                 engine: dict[str, Any] | None = None):
+                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False):
         self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
-        self.engine = dict(engine or {})
-        # where corruptions run (engine/pixels.py); a Ray worker reads it from the spec the driver sent
-        self.pixels = self.engine.get("pixels") or (getattr(spec, "engine", None) or {}).get("pixels") or "auto"
+        self.engine = spec.engine  # a Ray worker's spec says local, with the driver's pixels
+        self.pixels = self.engine.pixels or "auto"  # where corruptions run (engine/pixels.py)
         self.verify = "full"  # how the reader screens files up front (a worker skips what the driver checked)
         self.given_dataset: Any = None  # a worker's copy of the driver's opened dataset
         self.given_models = models
@@ -202,7 +197,7 @@ class _Runner:
         self.plans = {}
         for m in self.spec.models:
             params = dict(m.params)
-            if self.engine.get("name") == "ray" and str(params.get("device", "cpu")).startswith("cuda"):
+            if self.engine.ray and str(params.get("device", "cpu")).startswith("cuda"):
                 # the ray driver only checks the models (label spaces, weights for the run's identity): it
                 # loads them on its CPU, so a head node without a GPU can drive a GPU cluster
                 params["device"] = "cpu"
@@ -350,7 +345,7 @@ class _Runner:
 
             return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
                                  setup=plan.retrieval, new_run=self.new_run, on_start=self._started,
-                                 on_batch=self.on_batch, engine=self.engine)
+                                 on_batch=self.on_batch)
         dataset, models, metrics, conditions = plan.dataset, plan.models, plan.metrics, plan.conditions
         run_id = start_run(self.store, spec, plan.identity(), self.requested_run_id, self.new_run)
         self._started(run_id)
@@ -363,7 +358,7 @@ class _Runner:
         n_batches = (n + batch - 1) // batch
         cids = condition_ids(self.store, run_id, spec.dataset, models, conditions)
         todo_total = sum(n for cid in cids.values() if not self.store.is_done(cid))
-        if self.engine.get("name", "local") == "ray":
+        if self.engine.ray:
             with _Progress(self.progress, todo_total) as bar:
                 self._run_distributed(plan, run_id, cids, n_batches, bar)
             self.store.finish_run(run_id)
@@ -413,13 +408,14 @@ class _Runner:
         from .engines import WorkerSetup, make_engine
 
         spec, models, metrics, conditions = self.spec, plan.models, plan.metrics, plan.conditions
-        per_unit = batches_per_unit(self.engine.get("shard_size"), spec.batch_size)
-        spec = dataclasses.replace(spec, engine={**(spec.engine or {}), "pixels": self.pixels})
+        per_unit = batches_per_unit(self.engine.shard_size, spec.batch_size)
+        # a worker runs its units where it is (local), its pixels where the driver decided
+        spec = dataclasses.replace(spec, engine=EngineSection(pixels=self.pixels))
         setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
                              dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
         open_conditions: dict[int, dict[str, _Restored]] = {}
-        workers = self.engine.get("workers")
-        with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.get("address")) as eng:
+        workers = self.engine.workers
+        with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.address) as eng:
             try:
                 handle = eng.share(setup)
             except Exception:  # noqa: BLE001 - a reader holding something unpicklable: workers open it themselves

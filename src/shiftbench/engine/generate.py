@@ -44,6 +44,7 @@ from ..errors import ShiftbenchError
 from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, write_atomic
 from ..registry import SHIFTS
 from ..seeds import check_seed
+from ..spec import EngineSection
 
 MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
@@ -536,10 +537,9 @@ def _writes_files(shift: str) -> bool:
 def _check_options(engine: str, address: str | None, shard_size: int, fmt: str, layout: str,
                    shard_samples: int) -> None:
     """Refuse a bad engine, address, shard size, image format or layout before the data is read."""
-    from .engines import engine_options
     from .shards import LAYOUTS
 
-    engine_options(None, name=engine, address=address)  # a known engine; an address only for ray
+    EngineSection().with_overrides(name=engine, address=address)  # a known engine; an address only for ray
     if engine == "ray" and address and address != "auto":
         from .engines import check_reachable
 

@@ -434,13 +434,13 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
                   given_models: dict[str, Any] | None = None, setup: RetrievalSetup | None = None,
                   new_run: bool = False, on_start: Any = None,
                   on_batch: Callable[[str, int], None] | None = None,
-                  engine: dict[str, Any] | None = None, cache: GalleryCache | None = None) -> list[dict[str, Any]]:
+                  cache: GalleryCache | None = None) -> list[dict[str, Any]]:
     """Evaluate a retrieval spec into ``store``; returns the run's rows. A run resumes only when its
     identity (weights, dataset files, version; engine/identity.py) is unchanged, or with ``new_run``.
     Queries go in batches of ``spec.batch_size``, each (retriever, condition, batch) saved on its own, so a
     killed run resumes at the first unsaved batch; ``on_batch(model, batch)`` is called after each save.
-    ``engine`` ``{"name": "ray", ...}`` runs (condition, query shard) units on Ray actors; the rows are
-    the local engine's."""
+    The spec's engine ``ray`` runs (condition, query shard) units on Ray actors; the rows are the local
+    engine's."""
     from .identity import run_identity
 
     setup = setup or setup_retrieval(spec, given_models)
@@ -454,9 +454,8 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
     finisher = _Finisher(store, setup, conditions, cids, _stored_clean(store, run_id, spec.dataset))
     n_batches = (setup.n_queries + spec.batch_size - 1) // spec.batch_size
     say = (lambda msg: print(msg, flush=True)) if progress else (lambda msg: None)
-    if (engine or {}).get("name", "local") == "ray":
-        _run_ray(spec, store, setup, conditions, cids, finisher, n_batches, dict(given_models or {}), engine or {},
-                 on_batch)
+    if spec.engine.ray:
+        _run_ray(spec, store, setup, conditions, cids, finisher, n_batches, dict(given_models or {}), on_batch)
     else:
         cache = cache if cache is not None else GalleryCache()
         for ci, cond in enumerate(conditions):
@@ -510,7 +509,7 @@ def _run_retrieval_unit(unit: _RetrievalUnit) -> list[tuple[str, int, dict[str, 
 
 
 def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[Condition], cids: dict,
-             finisher: _Finisher, n_batches: int, given_models: dict[str, Any], options: dict[str, Any],
+             finisher: _Finisher, n_batches: int, given_models: dict[str, Any],
              on_batch: Callable[[str, int], None] | None) -> None:
     """Units of (condition, query shard) on Ray actors; the results come back here, the only writer of the
     store, saved batch by batch as the local loop saves them."""
@@ -519,14 +518,14 @@ def _run_ray(spec: Spec, store: Store, setup: RetrievalSetup, conditions: list[C
 
     from .engines import WorkerSetup, make_engine, user_modules
 
-    per_unit = batches_per_unit(options.get("shard_size"), spec.batch_size)
+    per_unit = batches_per_unit(spec.engine.shard_size, spec.batch_size)
     # modules outside shiftbench that register the run's dataset, shift or retriever classes: a fresh
     # worker imports them first, so what the user registered by name is registered there too
     modules = user_modules([setup.dataset, *setup.models.values(), *(c.shift for c in conditions)])
     ws = WorkerSetup(uuid.uuid4().hex, spec, given_models, modules, os.getcwd())
     open_: dict[int, dict[str, dict[int, dict]]] = {}
-    workers = options.get("workers")
-    with make_engine("ray", workers=int(workers) if workers else 1, address=options.get("address")) as eng:
+    workers = spec.engine.workers
+    with make_engine("ray", workers=int(workers) if workers else 1, address=spec.engine.address) as eng:
         handle = eng.share(ws)
 
         def finish(ci: int, m: str, saved: dict[int, dict]) -> None:
