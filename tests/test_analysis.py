@@ -153,7 +153,7 @@ def test_analysis_section_is_checked(section, message):
 def test_analysis_defaults_and_identity():
     base = {"dataset": "objects", "models": ["efficientnet_lite0"], "shifts": ["clean"], "metrics": ["top1"]}
     a = load_spec({**base, "analysis": True})
-    assert a.analysis == {"views": ["gradcam", "reliance", "embedding"], "samples": 4, "limit": 64, "models": None,
+    assert a.analysis.as_dict() == {"views": ["gradcam", "reliance", "embedding"], "samples": 4, "limit": 64, "models": None,
                           "target": "predicted"}
     assert load_spec({**base, "analysis": {"samples": 4}}).raw == a.raw  # defaults written out: the same run
     assert "analysis" not in load_spec(base).raw

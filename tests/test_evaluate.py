@@ -207,9 +207,9 @@ def test_every_task_runs_through_the_runner(tmp_path):
 def test_metric_state_survives_the_store_round_trip(name, task):
     """Saving a metric's state after batch A (JSON, as the store keeps it) and continuing with batch B
     gives the same values as one metric that saw A and B."""
-    from shiftbench.engine.evaluate import _HANDLERS
     from shiftbench.registry import METRICS
     from shiftbench.results.codec import decode_state, encode_state
+    from shiftbench.tasks import task_of
 
     from conftest import make_sample
 
@@ -220,7 +220,7 @@ def test_metric_state_survives_the_store_round_trip(name, task):
     samples = [make_sample(40, 48, seed=i, sid=f"x{i}").replace(label=i % 2, box_labels=np.array([i % 2]))
                for i in range(8)]
     a, b = samples[:5], samples[5:]
-    predict = _HANDLERS[task].predict
+    predict = task_of(model).predict
     whole = METRICS.create(name)
     whole.update_from_samples(predict(model, samples), samples)
     first = METRICS.create(name)

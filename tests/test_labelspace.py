@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import shiftbench as sb
-from shiftbench.engine.labels import LabelPlan, dataset_label_space, plan_labels
+from shiftbench.tasks.labels import LabelPlan, dataset_label_space, plan_labels
 from shiftbench.errors import ShiftbenchError, SpecError
 from shiftbench.labelspace import LabelSpace, builtin_spaces, map_spaces, recognize
 from shiftbench.models.base import Detections
@@ -98,7 +98,7 @@ def test_hub_configs_are_recognised_by_names_not_counts():
     assert recognize([", ".join(r.lemmas) for r in imagenet_classes()], "hf:x").name == "imagenet1k"
     # a user's Dataset that lists the first lemmas ("crane" twice) is ImageNet-1k too, slot by slot
     from shiftbench.datasets.imagenet import class_names as first_lemmas
-    from shiftbench.engine.labels import dataset_label_space
+    from shiftbench.tasks.labels import dataset_label_space
 
     class Named:
         name, class_names = "mine", first_lemmas()

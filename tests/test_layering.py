@@ -117,6 +117,19 @@ def test_the_engine_imports_no_report():
     assert not {name: parts for name, parts in found.items() if parts}, f"engine imports above its layer: {found}"
 
 
+def test_tasks_sit_below_the_engine():
+    """tasks/ (one object per task: predict, per-sample record, label plan, default metrics) sits below the engine
+    and above models and metrics: it imports no engine, spec, analysis, report, demo or cli, and no layer below it
+    imports it back."""
+    above = {"engine", "spec", "analysis", "report", "demo", "cli"}
+    found = {name: parts & above for name, parts in reached("tasks").items()}
+    assert found and not {name: parts for name, parts in found.items() if parts}, f"tasks imports above its layer: {found}"
+    assert "tasks/labels.py" in found and not (SRC / "engine" / "labels.py").exists()  # label plans belong to tasks
+    below = ("models", "metrics", "conditioning", "shifts", "training", "datasets", "results")
+    back = {name: "tasks" for part in below for name, parts in reached(part).items() if "tasks" in parts}
+    assert not back, f"imports of tasks from below it: {back}"
+
+
 def test_metrics_hold_no_models():
     """Model code (weights, inference libraries) lives in models/; a metric takes a model or features."""
     for path in sorted((SRC / "metrics").glob("*.py")):
@@ -201,14 +214,22 @@ def test_minilm_model_is_the_encoder_text_similarity_uses():
     assert metric.compute()["text_similarity"] == pytest.approx(cos, abs=1e-6)
 
 
-def test_the_runners_share_the_kernel_and_the_spec_sits_below_the_engine():
+def test_the_runners_share_the_kernel_and_the_plan_sits_at_the_engines_bottom():
     """engine/kernel.py holds what the evaluation and retrieval runners share (conditions, state keys, restore,
     units, per-sample records): the kernel, the retrieval runner and the steps after a run never import the
-    evaluation runner, which dispatches to retrieval in one direction. spec.py checks every section (the
-    analysis views included) without the engine or the analysis step."""
+    evaluation runner, which dispatches to retrieval in one direction. engine/spec.py (the plan) checks every
+    section (the analysis views included) without any other engine module, the analysis step, the results,
+    the report or the face; the engine reads it there, never through the public facade shiftbench/spec.py."""
     for name in ("kernel", "retrieval", "quality", "analysis"):
         path = SRC / "engine" / f"{name}.py"
         for node, module, names in _imports(path):
             assert "evaluate" not in [*(module or "").split("."), *names], \
                 f"engine/{name}.py:{node.lineno} imports the evaluation runner"
-    assert not imported_parts(SRC / "spec.py", SRC) & {"engine", "analysis", "report", "results"}
+    plan = SRC / "engine" / "spec.py"
+    assert not imported_parts(plan, SRC) & {"engine", "analysis", "report", "results", "demo", "cli", "spec", "tasks"}
+    for node, module, names in _imports(plan):  # nothing of the engine package beside it
+        assert not (module or "").startswith(".") or (module or "").startswith(".."), \
+            f"engine/spec.py:{node.lineno} imports {module} of the engine"
+    found = {name: "spec" in parts for name, parts in reached("engine").items()}
+    assert not any(found.values()), f"the engine imports the facade shiftbench.spec: {found}"
+    assert imported_parts(SRC / "spec.py", SRC) == {"engine", "errors"}  # the facade re-exports, nothing more

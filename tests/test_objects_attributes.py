@@ -32,7 +32,7 @@ def test_config_holds_the_twelve_edits_at_severity_5_on_the_classic_backend():
     assert all(s.severities == (5,) and s.params["backend"] == "classic" for s in edits)
     assert [s.name for s in spec.shifts].count("clean") == 1
     assert [m.name for m in spec.models] == MODELS and spec.metrics == ["top1", "ece"] and spec.seed == 0
-    assert spec.dataset_params == {"scenes_per_object": 4} and spec.curate == {"models": None, "min_mask_fraction": None}
+    assert spec.dataset_params == {"scenes_per_object": 4} and spec.curate.as_dict() == {"models": None, "min_mask_fraction": None}
 
 
 def test_cut_config_runs_to_store_and_report(tmp_path):

@@ -15,7 +15,7 @@ from PIL import Image
 import tiny_registry  # noqa: F401 - registers _test_tiny (a dataset without a label space)
 from shiftbench.datasets.base import Dataset
 from shiftbench.engine.evaluate import evaluate, prepare
-from shiftbench.engine.labels import plan_labels
+from shiftbench.tasks.labels import plan_labels
 from shiftbench.errors import ShiftbenchError, SpecError
 from shiftbench.registry import DATASETS, MODELS
 from shiftbench.sample import Sample

@@ -171,7 +171,7 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
                  log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool, engine: str | None,
                  address: str | None, workers: int | None, shard_size: int | None, pixels: str | None) -> None:
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
-    from .spec import load_spec
+    from .engine.spec import load_spec
 
     spec = load_spec(config)
     if limit is not None:

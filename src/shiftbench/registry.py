@@ -1,4 +1,4 @@
-"""One generic registry for shifts, models, datasets and metrics.
+"""One generic registry for shifts, models, datasets, metrics and tasks.
 
 Entries are registered with a decorator in the module that defines them, or lazily as a
 ``"module:attribute"`` string so that listing never imports heavy backends (torch, diffusers).
@@ -231,3 +231,4 @@ SHIFTS = Registry(
 MODELS = Registry("model", providers=["shiftbench.models"])
 DATASETS = Registry("dataset", providers=["shiftbench.datasets"])
 METRICS = Registry("metric", providers=["shiftbench.metrics"])
+TASKS = Registry("task", providers=["shiftbench.tasks"])

@@ -32,7 +32,7 @@ from ..metrics.uncertainty import bootstrap_mean
 from ..results.artifacts import (ANALYSIS_DONE, ANALYSIS_EMBEDDING, ANALYSIS_PREFIX, ANALYSIS_RELIANCE, gradcam_key,
                                  stored_analysis)
 from ..results.store import params_key
-from ..spec import ANALYSIS_VIEWS
+from .spec import ANALYSIS_VIEWS
 
 if TYPE_CHECKING:
     from ..results.store import Store
@@ -223,6 +223,18 @@ def _overlay(image: np.ndarray, cam: np.ndarray) -> bytes:
     return png.tobytes()
 
 
+def _shifted_sets(plan: "Plan", conditions: Sequence[Any], limit: int) -> dict[int, list[Any]]:
+    """The first ``limit`` samples of each condition, from the run's loader (:meth:`Plan.loader`): shifted
+    as the runner shifts them, ``on_error: skip`` leaving out a sample a shift fails on (it is then absent
+    from that condition's views, which pair samples by id), ``pixels: device`` making the pixels where the
+    models' are made. Each shifted image is downloaded to the CPU once for the views."""
+    loader = plan.loader("analysis")
+    out: dict[int, list[Any]] = {}
+    for ci, cond in enumerate(conditions):
+        out[ci] = [s for batch in loader.batches(cond, plan.spec.batch_size, limit) for s in batch.shifted()]
+    return out
+
+
 def run_analysis(plan: "Plan", store: "Store", run_id: str | None, progress: bool = False) -> dict[str, Any]:
     """Compute and store the views of the spec's ``analysis:`` section unless the run already holds them."""
     section = getattr(plan.spec, "analysis", None)
@@ -231,9 +243,9 @@ def run_analysis(plan: "Plan", store: "Store", run_id: str | None, progress: boo
     held = stored_analysis(store, run_id)
     if "done" in held:
         return held
-    views = section["views"]
+    views = section.views
     models = {label: m for label, m in plan.models.items()
-              if not section.get("models") or label in section["models"]}
+              if not section.models or label in section.models}
     usable = {label: m for label, m in models.items() if supports_analysis(m)}
     for label in sorted(set(models) - set(usable)):
         log.warning("analysis: model %r is not a torch classifier with a differentiable forward; left out", label)
@@ -242,17 +254,10 @@ def run_analysis(plan: "Plan", store: "Store", run_id: str | None, progress: boo
         return stored_analysis(store, run_id)
     started = time.monotonic()
     seed = plan.spec.seed
-    limit = min(int(section["limit"]), len(plan.dataset))
-    n_grid = min(int(section["samples"]), limit)
-    clean = [plan.dataset.load(i) for i in range(limit)]
+    limit = min(int(section.limit), len(plan.dataset))
+    n_grid = min(int(section.samples), limit)
     conditions = list(plan.conditions)
-    shifted: dict[int, list[Any]] = {}
-    for ci, cond in enumerate(conditions):
-        if cond.shift_name == "clean":
-            shifted[ci] = clean
-            continue
-        params = [cond.shift.draw(s, cond.severity, seed) for s in clean]
-        shifted[ci] = list(cond.shift.apply_batch(clean, params))
+    shifted = _shifted_sets(plan, conditions, limit)
     reliance_rows = []
     embedding: dict[str, Any] = {}
     for label, model in usable.items():
@@ -262,7 +267,7 @@ def run_analysis(plan: "Plan", store: "Store", run_id: str | None, progress: boo
             if "gradcam" in views or "reliance" in views:
                 wanted = samples if "reliance" in views else samples[:n_grid]
                 maps, classes = gradcam(model, [s.image for s in wanted],
-                                        targets=None if section["target"] == "predicted" else
+                                        targets=None if section.target == "predicted" else
                                         [int(s.label) for s in wanted])
                 if "gradcam" in views:
                     for s, cam, cls in zip(wanted[:n_grid], maps, classes):

@@ -15,22 +15,26 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..files import write_atomic
 from ..registry import MODELS
+from .kernel import CLEAN, Loader
 
 
 def curated_indices(data: Any, models: dict[str, tuple[Any, Any]], batch_size: int = 32,
-                    min_mask_fraction: float | None = None, progress: Any = None) -> tuple[list[int], dict[str, Any]]:
+                    min_mask_fraction: float | None = None, progress: Any = None,
+                    loader: Loader | None = None) -> tuple[list[int], dict[str, Any]]:
     """Indices of ``data`` whose sample every model classifies correctly (top-1) on clean, and a summary.
 
-    ``models``: label -> (model, label plan from engine/labels.py); the plan maps the dataset's labels into
-    the model's output space. ``progress(done, total)`` is called after each batch. The summary is
+    ``models``: label -> (model, label plan from tasks/labels.py); the plan maps the dataset's labels into
+    the model's output space. The clean batches come from the run kernel's loader (``loader``, the run's;
+    by default one over ``data``). ``progress(done, total)`` is called after each batch. The summary is
     ``{"models", "total", "kept", "dropped": {"wrong", "mask", "unlabelled"}, "wrong_per_model"}``.
     """
     kept: list[int] = []
     dropped = {"wrong": 0, "mask": 0, "unlabelled": 0}
     wrong_per_model = {label: 0 for label in models}
-    for start in range(0, len(data), batch_size):
-        indices = list(range(start, min(start + batch_size, len(data))))
-        samples = [data.load(i) for i in indices]
+    loader = loader if loader is not None else Loader(data, 0, "fail", "cpu", (), "curate")
+    for b, batch in enumerate(loader.batches(CLEAN, batch_size)):
+        samples = batch.samples
+        indices = list(range(b * batch_size, b * batch_size + len(samples)))
         labels = np.array([-1 if s.label is None else s.label for s in samples])
         ok = labels >= 0
         dropped["unlabelled"] += int((~ok).sum())
@@ -90,9 +94,51 @@ def curate(
 
 def classifier_plan(model: Any, name: str, data: Any, dataset_name: str, label_map: Any = None) -> tuple[Any, Any]:
     """(model set to the dataset's label space, its label plan); refuses a model that is no classifier."""
-    from .labels import plan_labels
+    from ..tasks.labels import plan_labels
 
     if getattr(model, "task", None) != "classification":
         raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
     plan = plan_labels(model, data, label_map, dataset_name=dataset_name)  # refuses before any work
     return plan.model, plan
+
+
+def curate_run(spec: Any, dataset: Any, plans: dict[str, Any], progress: bool = False,
+               pixels: str = "auto") -> tuple[Any, dict[str, Any]]:
+    """A run's ``curate:`` section: the dataset cut to the samples every named classifier gets right on
+    clean (after ids and limit), and the summary stored with the run. ``plans``: the run's label plans by
+    model label; a name that is not one of the run's models is a registered classifier used only to curate.
+    Deterministic (clean images, fixed weights), so a resumed run or a Ray worker that opens the dataset
+    itself finds the same samples. The clean batches come from the run kernel's loader."""
+    import logging
+
+    from ..datasets import Subset
+    from .progress import RunProgress
+
+    names = spec.curate.models or [m.label for m in spec.models]
+    nets: dict[str, tuple[Any, Any]] = {}
+    for name in names:
+        if name in plans:
+            plan = plans[name]
+            if getattr(plan.model, "task", None) != "classification":
+                raise ShiftbenchError(f"curate: {name!r} is a {getattr(plan.model, 'task', '?')} model; "
+                                      "curation needs classifiers")
+            nets[name] = (plan.model, plan)
+        else:  # a registered classifier that is not evaluated, only used to curate
+            nets[name] = classifier_plan(MODELS.create(name), name, dataset, f"dataset {spec.dataset!r}",
+                                         spec.label_map)
+    with RunProgress(progress, float(len(dataset))) as bar:
+        done = [0]
+
+        def advance(k: int, total: int) -> None:
+            bar.advance("curating on clean", k - done[0])
+            done[0] = k
+
+        loader = Loader(dataset, spec.seed, spec.on_error, pixels, (), "curate")
+        kept, summary = curated_indices(dataset, nets, spec.batch_size, spec.curate.min_mask_fraction, advance, loader)
+    if not kept:
+        raise ShiftbenchError(f"curate: none of the {len(dataset)} samples is classified correctly on clean by "
+                              f"every model ({', '.join(names)}); nothing to evaluate")
+    summary["ids"] = [dataset.sample_id(i) for i in kept]
+    logging.getLogger("shiftbench").info(f"curated: {len(kept)} of {len(dataset)} samples that {', '.join(names)} "
+                                         "all classify correctly on clean")
+    return Subset(dataset, kept), summary

@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ShiftbenchError
-from ..spec import ENGINE_NAMES as ENGINES, EngineSection
+from .spec import ENGINE_NAMES as ENGINES, EngineSection
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
 VERBOSE_ENV = "SHIFTBENCH_RAY_VERBOSE"  # set to 1 to let Ray's own log lines through to the terminal

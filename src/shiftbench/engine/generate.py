@@ -44,7 +44,8 @@ from ..errors import ShiftbenchError
 from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, write_atomic
 from ..registry import SHIFTS
 from ..seeds import check_seed
-from ..spec import EngineSection
+from .spec import EngineSection
+from .kernel import shift_narrowed
 
 MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
@@ -226,42 +227,6 @@ def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
         _worker_cache.clear()
         _worker_cache[key] = load(name, limit=limit, **kwargs)
     return _worker_cache[key]
-
-
-def error_reason(exc: BaseException) -> str:
-    """``Type: first line of the message`` (the type alone when there is no message)."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
-def shift_narrowed(run: Any, items: list[Any], on_error: str,
-                   where: str) -> tuple[list[int], list, list, list[tuple[int, str]]]:
-    """``run(items) -> (outputs, params)`` for a batch, narrowed to the failing items when it raises.
-
-    A batch equals its items one by one, so redoing a failed batch item by item leaves the others' bytes
-    unchanged and names the culprit: ``"{where} failed on sample {id}: {reason}"`` stops the run, or with
-    ``on_error="skip"`` the item is left out. Returns the positions kept, their outputs and params, and
-    the (position, reason) of the items left out.
-    """
-    try:
-        outs, params = run(items)
-        return list(range(len(items))), list(outs), list(params), []
-    except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
-        pass
-    kept: tuple[list, list, list] = ([], [], [])
-    failed: list[tuple[int, str]] = []
-    for pos, item in enumerate(items):
-        try:
-            outs, params = run([item])
-        except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
-            reason = error_reason(exc)
-            if on_error != "skip":
-                raise ShiftbenchError(f"{where} failed on sample {item.id}: {reason}") from None
-            failed.append((pos, reason))
-            continue
-        for bucket, value in zip(kept, (pos, outs[0], params[0])):
-            bucket.append(value)
-    return kept[0], kept[1], kept[2], failed
 
 
 def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], records: list[dict]):

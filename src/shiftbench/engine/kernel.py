@@ -11,25 +11,40 @@ steps that follow a run (engine/quality.py, engine/analysis.py) import it; it im
   batches, or none when an older shiftbench wrote them) and :func:`batches_needed`.
 - The ray engine's units of (condition, shard): :func:`batches_per_unit`, :func:`shard_units` and
   :func:`finish_complete`, which finishes a condition once every batch of it is back.
-- Finish: :func:`sample_records`, a metric's per-sample values paired with the sample ids.
+- The loader: :class:`Loader` gives every step of a run (evaluation, quality, analysis, curation) its
+  batches of a condition, shifted with the run's seed, with ``on_error: skip`` and ``pixels: device``
+  applied the same way for all of them (:class:`Batch`); :func:`shift_narrowed` redoes a failed batch
+  sample by sample to name (or, with skip, leave out) the sample it fails on; :func:`error_reason`.
+- A (model, condition) being computed: :class:`Held` (its mergers, the batches in them, samples scored
+  and skipped), restored from the store by :func:`restore_held`, grown by :func:`save_scored` (a
+  :class:`Scored` batch, saved in one transaction), written out by :func:`finish_held`.
+- Finish: :func:`sample_records`, a metric's per-sample values paired with the sample ids;
+  :func:`thumbnails` and :func:`save_thumbnails`, the report's grid of a condition.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Container, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from ..registry import SHIFTS
-from ..results.store import ConditionKey, Store
-from ..spec import Spec
+from ..errors import ShiftbenchError
+from ..metrics.base import OrderedMerge
+from ..results.artifacts import thumb_key
+from ..results.codec import decode_state
+from ..results.store import ConditionKey, Store, params_key
+from ..sample import Sample
+from .spec import Spec
 from . import DEFAULT_SHARD
+from .pixels import DeviceBatch, tensor_path
 
 __all__ = ["Condition", "Plan", "plan_conditions", "STATE_FORMAT_KEY", "STATE_FORMAT", "COUNT_KEY", "SKIPPED_KEY",
            "IDS_KEY", "start_run", "condition_ids", "open_condition", "current_batches", "batches_needed",
-           "batches_per_unit", "shard_units", "finish_complete", "sample_records"]
+           "batches_per_unit", "shard_units", "finish_complete", "sample_records", "CLEAN", "Batch", "Loader", "check_first_batch",
+           "shift_narrowed", "error_reason", "Held", "Scored", "batch_states", "restore_held", "save_scored",
+           "finish_held", "thumbnails", "save_thumbnails", "GRID_SAMPLES", "THUMB", "SKIPPED_LISTED"]
 
 # every saved batch carries this key: its metric states are of that batch alone and merge. A store
 # written before (each batch holding the cumulative state) lacks it, and such a partial condition is
@@ -40,9 +55,13 @@ COUNT_KEY = "__n__"  # samples scored in the batch (fewer than its size when a s
 SKIPPED_KEY = "__skipped__"  # [[sample id, reason], ...] left out of the batch
 IDS_KEY = "__ids__"  # ids of the samples scored in the batch, in data order (the per-sample values' ids)
 
+GRID_SAMPLES = 4  # per condition, kept as thumbnails with every model's prediction for the report
+THUMB = 96  # side of a grid thumbnail
+SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
+
 log = logging.getLogger("shiftbench")
 
-Held = TypeVar("Held")  # what a runner holds of a (model, condition) being computed
+Pending = TypeVar("Pending")  # what a runner holds of a (model, condition) being computed
 
 
 @dataclass
@@ -75,6 +94,12 @@ class Plan:
     def samples(self) -> int:
         return self.retrieval.n_queries if self.retrieval is not None else len(self.dataset)
 
+    def loader(self, step: str = "evaluate") -> "Loader":
+        """The run's batch loader (the spec's seed, ``on_error`` and pixel mode; ``step`` names the step
+        in a failure's message)."""
+        return Loader(self.dataset, self.spec.seed, self.spec.on_error, self.spec.engine.pixels or "auto",
+                      list(self.models.values()), step)
+
     def identity(self) -> dict[str, Any]:
         """What besides the spec decides the numbers (engine/identity.py): version, weights, data, ids."""
         from .identity import run_identity
@@ -82,14 +107,48 @@ class Plan:
         return run_identity(self.spec, self.dataset, self.models)
 
 
+CLEAN = Condition("clean", {}, 0, None)  # the unshifted data, as the loader gives it (curation reads it)
+
+
 def plan_conditions(spec: Spec) -> list[Condition]:
     """Every condition of the spec in run order: each shifts entry (``clean`` included), each severity."""
     out = []
     for s in spec.shifts:
-        shift = SHIFTS.create(s.name, **s.params)
+        shift = s.instance()  # the shift validation created (check_names), else created once here
         for severity in s.severities:
             out.append(Condition(s.name, dict(s.params), severity, shift, s.index))
     return out
+
+
+def check_first_batch(spec: Spec, conditions: Sequence[Condition], first: Sequence[Sample], step: str) -> None:
+    """What the run's first batch of every condition asks of its samples, asked now (the dry run's promise:
+    it passes only if every first batch can run). ``check_sample``: each shift's requirements (a mask,
+    the object's contexts, a caption); ``draw``: every sample's params as the run draws them, which
+    also checks sizes, the masks a provider finds and whatever else a shift refuses before painting.
+    Stops in one line naming the spec's shift entry, the sample and the shift's reason (with on_error:
+    skip the run leaves such samples out, so this is not called)."""
+    shifted = [c for c in conditions if c.shift_name != "clean"]
+    for sample in first:  # sample by sample: a mask provider's cache then serves every condition of a sample
+        for cond in shifted:
+            try:
+                if step == "draw":
+                    cond.shift.draw(sample, cond.severity, spec.seed)
+                else:
+                    cond.shift.check_sample(sample)
+            except ShiftbenchError as exc:
+                raise ShiftbenchError(_cannot_run(spec, cond, sample, str(exc))) from None
+            except Exception as exc:  # noqa: BLE001 - a shift's own failure, said as the run would say it
+                raise ShiftbenchError(_cannot_run(spec, cond, sample, error_reason(exc))) from None
+
+
+def _cannot_run(spec: Spec, cond: Condition, sample: Sample, reason: str) -> str:
+    import json
+
+    entry = f"shifts[{cond.index}]" if cond.index is not None else "shifts"
+    where = f"{spec.source}: {entry}" if spec.source else entry
+    params = f" {json.dumps(cond.params, sort_keys=True)}" if cond.params else ""
+    return (f"{where}: shift {cond.shift_name!r}{params} (severity {cond.severity}) cannot run on sample "
+            f"{str(sample.id)!r}: {' '.join(reason.split())}")
 
 
 # -- the run in the store -------------------------------------------------------------------------
@@ -109,7 +168,7 @@ def condition_ids(store: Store, run_id: str, dataset: str, models: Iterable[str]
 
 
 def open_condition(store: Store, cids: dict[tuple[str, int], int], ci: int, models: Iterable[str],
-                   restore: Callable[[str, int], Held]) -> dict[str, Held]:
+                   restore: Callable[[str, int], Pending]) -> dict[str, Pending]:
     """The models that still need condition ``ci`` (in model order), each with ``restore(model, cid)``:
     what the runner holds of its batches saved before a kill."""
     return {m: restore(m, cids[(m, ci)]) for m in models if not store.is_done(cids[(m, ci)])}
@@ -140,10 +199,10 @@ def batches_per_unit(shard_size: Any, batch_size: int) -> int:
     return max(1, int(shard_size or DEFAULT_SHARD) // batch_size)
 
 
-def shard_units(conditions: Sequence[Condition], open_: Callable[[int, Condition], dict[str, Held]],
-                saved_of: Callable[[Held], Container[int]], n_batches: int, per_unit: int,
-                finish: Callable[[int, str, Held], None],
-                held: dict[int, dict[str, Held]]) -> Iterator[tuple[int, tuple[int, ...], tuple]]:
+def shard_units(conditions: Sequence[Condition], open_: Callable[[int, Condition], dict[str, Pending]],
+                saved_of: Callable[[Pending], Container[int]], n_batches: int, per_unit: int,
+                finish: Callable[[int, str, Pending], None],
+                held: dict[int, dict[str, Pending]]) -> Iterator[tuple[int, tuple[int, ...], tuple]]:
     """The units of a run, lazily: (condition index, its batches, ((model, the batches it still needs), ...)).
 
     ``open_(ci, condition)`` gives the models that still need a condition (:func:`open_condition`); a
@@ -165,8 +224,8 @@ def shard_units(conditions: Sequence[Condition], open_: Callable[[int, Condition
             yield ci, chunk, tuple((m, tuple(b for b in chunk if b not in saved_of(h))) for m, h in pending.items())
 
 
-def finish_complete(held: dict[int, dict[str, Held]], ci: int, n_batches: int, saved_count: Callable[[Held], int],
-                    finish: Callable[[int, str, Held], None]) -> None:
+def finish_complete(held: dict[int, dict[str, Pending]], ci: int, n_batches: int, saved_count: Callable[[Pending], int],
+                    finish: Callable[[int, str, Pending], None]) -> None:
     """Finish every model of condition ``ci`` whose ``n_batches`` batches are all saved (in model order);
     the condition is forgotten once none is left."""
     pending = held[ci]
@@ -175,6 +234,235 @@ def finish_complete(held: dict[int, dict[str, Held]], ci: int, n_batches: int, s
             finish(ci, m, pending.pop(m))
     if not pending:
         del held[ci]
+
+
+# -- the loader ---------------------------------------------------------------------------------
+def error_reason(exc: BaseException) -> str:
+    """``Type: first line of the message`` (the type alone when there is no message)."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def shift_narrowed(run: Any, items: list[Any], on_error: str,
+                   where: str) -> tuple[list[int], list, list, list[tuple[int, str]]]:
+    """``run(items) -> (outputs, params)`` for a batch, narrowed to the failing items when it raises.
+
+    A batch equals its items one by one, so redoing a failed batch item by item leaves the others' bytes
+    unchanged and names the culprit: ``"{where} failed on sample {id}: {reason}"`` stops the run, or with
+    ``on_error="skip"`` the item is left out. Returns the positions kept, their outputs and params, and
+    the (position, reason) of the items left out.
+    """
+    try:
+        outs, params = run(items)
+        return list(range(len(items))), list(outs), list(params), []
+    except Exception:  # noqa: BLE001 - narrowed to the failing sample just below
+        pass
+    kept: tuple[list, list, list] = ([], [], [])
+    failed: list[tuple[int, str]] = []
+    for pos, item in enumerate(items):
+        try:
+            outs, params = run([item])
+        except Exception as exc:  # noqa: BLE001 - a shift's own failure on one sample, reported by id
+            reason = error_reason(exc)
+            if on_error != "skip":
+                raise ShiftbenchError(f"{where} failed on sample {item.id}: {reason}") from None
+            failed.append((pos, reason))
+            continue
+        for bucket, value in zip(kept, (pos, outs[0], params[0])):
+            bucket.append(value)
+    return kept[0], kept[1], kept[2], failed
+
+
+@dataclass
+class Batch:
+    """One batch of a condition as the loader gives it: the samples kept (shifted; or clean, with their
+    params drawn and checked, when the pixels are made on the models' device: ``pixels``), and the
+    (sample id, reason) of those the shift failed on (left out with ``on_error: skip``)."""
+
+    samples: list[Sample]
+    skipped: list[tuple[str, str]]
+    pixels: DeviceBatch | None = None
+
+    def shifted(self, count: int | None = None) -> list[Sample]:
+        """The first ``count`` kept samples (all by default) with their shifted images on the CPU
+        (downloaded from the device when they were made there)."""
+        count = len(self.samples) if count is None else min(count, len(self.samples))
+        return self.samples[:count] if self.pixels is None else self.pixels.shifted_samples(count)
+
+
+class Loader:
+    """Every step's batches: samples read from the run's dataset and shifted for a condition with the
+    run's seed, exactly as ``shiftbench generate`` shifts them (the same per-sample generators).
+
+    ``on_error``: a batch the shift fails on is redone sample by sample (:func:`shift_narrowed`); the run
+    stops naming the sample, or with ``"skip"`` leaves it out of this condition (``Batch.skipped``).
+    ``pixels``: the pixel mode (engine/pixels.py); when a condition's corruption runs on the models'
+    device the batch carries its clean samples and a :class:`DeviceBatch`. ``step`` names the step in a
+    failure's message (``"evaluate: shift 'fog' (severity 3) failed on sample ..."``)."""
+
+    def __init__(self, dataset: Any, seed: int, on_error: str = "fail", pixels: str = "auto",
+                 models: Sequence[Any] = (), step: str = "evaluate"):
+        self.dataset, self.seed, self.on_error, self.pixels = dataset, seed, on_error, pixels
+        self.models, self.step = list(models), step
+
+    def n_batches(self, batch_size: int, limit: int | None = None) -> int:
+        n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
+        return (n + batch_size - 1) // batch_size
+
+    def batch(self, cond: Condition, b: int, batch_size: int, limit: int | None = None) -> Batch:
+        """Batch ``b`` (of ``batch_size`` samples; of the first ``limit`` samples when given) for ``cond``."""
+        n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
+        return self.load(cond, range(b * batch_size, min((b + 1) * batch_size, n)))
+
+    def batches(self, cond: Condition, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
+        """Every batch of ``cond`` in data order."""
+        for b in range(self.n_batches(batch_size, limit)):
+            yield self.batch(cond, b, batch_size, limit)
+
+    def load(self, cond: Condition, indices: Iterable[int]) -> Batch:
+        """The samples at ``indices`` shifted for ``cond``."""
+        samples = [self.dataset.load(i) for i in indices]
+        if cond.shift_name == "clean":
+            return Batch(samples, [])
+        shift, severity, seed = cond.shift, cond.severity, self.seed
+        on_device = tensor_path(self.pixels, shift, self.models)
+
+        def run(xs: list[Sample]) -> tuple[list, list]:
+            params = [shift.draw(s, severity, seed) for s in xs]
+            if on_device:  # drawing checks every image (size, type); the pixels are made on the device
+                return list(xs), params
+            return list(shift.apply_batch(xs, params)), params
+
+        _, out, params, failed = shift_narrowed(run, samples, self.on_error,
+                                                f"{self.step}: shift {cond.shift_name!r} (severity {severity})")
+        skipped = []
+        for pos, reason in failed:
+            log.warning(f"skipped sample {samples[pos].id}: shift {cond.shift_name!r} (severity {severity}) failed: "
+                        f"{reason}")
+            skipped.append((str(samples[pos].id), reason))
+        return Batch(out, skipped, DeviceBatch(shift, out, params) if on_device else None)
+
+
+# -- a (model, condition) being computed -----------------------------------------------------------
+@dataclass
+class Held:
+    """A (model, condition) being computed: its mergers, the batches in them, samples scored and skipped."""
+
+    mergers: dict[str, OrderedMerge]
+    saved: set = field(default_factory=set)
+    n: int = 0
+    skipped: list = field(default_factory=list)
+    ids: dict = field(default_factory=dict)  # batch -> ids of its scored samples (None: saved before ids were kept)
+
+
+@dataclass
+class Scored:
+    """One (model, batch) scored: what the store saves, and (locally) the metric objects themselves."""
+
+    model: str
+    batch: int
+    states: dict[str, Any]
+    predictions: list
+    n: int
+    skipped: list
+    parts: dict[str, Any] | None = None  # None once sent from a worker: the states are decoded instead
+
+
+def batch_states(encoded: dict[str, Any], samples: Sequence[Sample], skipped: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """A batch's saved state: each metric's encoded state of this batch alone, and the kernel's keys."""
+    states = dict(encoded)
+    states[STATE_FORMAT_KEY] = STATE_FORMAT
+    states[COUNT_KEY] = len(samples)
+    states[IDS_KEY] = [str(s.id) for s in samples]
+    if skipped:
+        states[SKIPPED_KEY] = [list(item) for item in skipped]
+    return states
+
+
+def restore_held(store: Store, cid: int, metric: Callable[[str], Any], metric_names: Sequence[str],
+                 batch_size: int, n_samples: int, where: str) -> Held:
+    """One merger per metric (``metric(name)`` a fresh one), holding the batches saved before a kill
+    merged in batch order. Batches an older shiftbench saved as running totals are dropped (merging them
+    would count every sample many times): the condition starts again, said in the log."""
+    held = Held({name: OrderedMerge(metric(name)) for name in metric_names})
+    saved, dropped = current_batches(store, cid)
+    if dropped is not None:
+        log.warning(f"{where}: {dropped} saved batches are in the cumulative format of an older shiftbench; "
+                    "recomputing this condition")
+        return held
+    for b, state in saved.items():
+        for name in metric_names:
+            if name not in state:
+                raise ShiftbenchError(f"store condition {cid}: saved batch {b} has no state for metric {name!r}")
+            part = held.mergers[name].total.fresh()
+            part.load_state_dict(decode_state(state[name]))
+            held.mergers[name].add(b, part)
+        held.saved.add(b)
+        held.ids[b] = state.get(IDS_KEY)  # None in a batch saved before ids were kept
+        # a batch saved before counts were kept is a full one (nothing could be skipped then)
+        full = min(batch_size, n_samples - b * batch_size)
+        held.n += int(state.get(COUNT_KEY, full))
+        held.skipped.extend(tuple(item) for item in state.get(SKIPPED_KEY, []))
+    return held
+
+
+def save_scored(store: Store, cid: int, scored: Scored, held: Held) -> None:
+    """Save a scored batch (one transaction) and hand its metric states to the condition's mergers."""
+    store.save_batch(cid, scored.batch, scored.states, predictions=scored.predictions or None)
+    parts = scored.parts
+    if parts is None:  # from a worker: the states are what the store holds, decoded as a resume does
+        parts = {}
+        for name, merger in held.mergers.items():
+            parts[name] = merger.total.fresh()
+            parts[name].load_state_dict(decode_state(scored.states[name]))
+    for name, merger in held.mergers.items():
+        merger.add(scored.batch, parts[name])
+    held.saved.add(scored.batch)
+    held.ids[scored.batch] = scored.states.get(IDS_KEY)
+    held.n += scored.n
+    held.skipped.extend(scored.skipped)
+
+
+def finish_held(store: Store, cid: int, held: Held, metric_names: Sequence[str], n_batches: int) -> None:
+    """Merge a condition's batches and write its rows and, when every batch's sample ids are known, each
+    metric's per-sample values (data order), in one transaction."""
+    batch_ids = [held.ids.get(b) for b in range(n_batches)]
+    ids = None if any(i is None for i in batch_ids) else [sid for part in batch_ids for sid in part]
+    metrics = {name: merger.result(n_batches) for name, merger in held.mergers.items()}
+    skipped, n = held.skipped, held.n
+    results: dict[str, Any] = {}
+    samples: dict[str, tuple[str, list[str], Any]] = {}
+    for name in metric_names:
+        metric = metrics[name]
+        values = metric.compute()
+        if not isinstance(values, dict):
+            values = {name: values}
+        extra = _jsonable(metric.state()) if hasattr(metric, "state") else {}
+        for i, (key, value) in enumerate(values.items()):
+            info = {"higher_is_better": bool(getattr(metric, "higher_is_better", True)), "metric": name}
+            if i == 0 and extra:
+                info.update(extra)
+            if skipped:  # samples the shift failed on (on_error: skip): left out of n, named here
+                info["skipped"] = len(skipped)
+                info["skipped_samples"] = [{"id": sid, "reason": why} for sid, why in list(skipped)[:SKIPPED_LISTED]]
+            if value is None and hasattr(metric, "undefined_reason"):
+                info["undefined"] = metric.undefined_reason(key)  # stored as NULL, the reason beside it
+            results[key] = (None if value is None or not np.isfinite(value) else float(value), n, info)
+        if ids is not None:
+            samples.update(sample_records(metric, ids, f"condition {cid}"))
+    store.finish_condition(cid, results, n=n, samples=samples)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 # -- finish -------------------------------------------------------------------------------------
@@ -196,3 +484,26 @@ def sample_records(metric: Any, ids: Sequence[str], where: str = "") -> dict[str
         scored = ~np.isnan(values.reshape(len(values), -1)).any(axis=1)
         out[key] = (kind, [str(i) for i, keep in zip(ids, scored) if keep], values[scored])
     return out
+
+
+def thumbnails(cond: Condition, samples: Sequence[Sample]) -> list[tuple[str, bytes, dict[str, Any]]]:
+    """The report's grid thumbnails of a condition: (artifact key, PNG bytes, meta); the meta carries the
+    condition itself, which is what the report reads."""
+    import cv2
+
+    out = []
+    pk = params_key(cond.params)
+    for s in samples:
+        h, w = s.image.shape[:2]
+        scale = THUMB / max(h, w)
+        thumb = cv2.resize(s.image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA)
+        ok, png = cv2.imencode(".png", thumb[:, :, ::-1])
+        out.append((thumb_key(cond.shift_name, pk, cond.severity, s.id), png.tobytes(), {
+            "label": s.label, "class_name": s.class_name, "shift": cond.shift_name, "params_key": pk,
+            "severity": cond.severity, "sample_id": str(s.id)}))
+    return out
+
+
+def save_thumbnails(store: Store, run_id: str, thumbs: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
+    for key, png, meta in thumbs:
+        store.put_artifact(run_id, key, png, meta)

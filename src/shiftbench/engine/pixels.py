@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..sample import Sample
-from ..spec import PIXELS as PIXEL_MODES
+from .spec import PIXELS as PIXEL_MODES
 
 __all__ = ["DeviceBatch", "tensor_path", "PIXEL_MODES"]
 

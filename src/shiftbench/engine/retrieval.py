@@ -28,16 +28,17 @@ from ..metrics.retrieval import RECALL_KS, recall_at_k
 from ..registry import METRICS, MODELS
 from ..sample import Query
 from ..results.store import Store, params_key
-from ..spec import Spec
+from .spec import Spec
+from ..tasks.retrieval import Ranked, Retrieval, reference_features
 from .kernel import (COUNT_KEY, STATE_FORMAT, STATE_FORMAT_KEY, Condition, batches_per_unit, condition_ids,
                      current_batches, finish_complete, open_condition, plan_conditions, sample_records, shard_units,
-                     start_run)
+                     shift_narrowed, start_run)
 
 __all__ = ["run_retrieval", "setup_retrieval", "RetrievalSetup", "retrieve", "is_retrieval_spec", "GalleryIndex",
            "validate_queries", "GalleryCache", "score_batch", "merge_batches",
            "merge_samples"]
 
-TOPK_LOGGED = 10
+RETRIEVAL = Retrieval()  # the task: what a retriever computes per batch and records per query (tasks/retrieval.py)
 
 
 def is_retrieval_spec(spec: Spec) -> bool:
@@ -335,9 +336,9 @@ def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence
         if model.gallery_key not in refs:
             if clean_refs:
                 refs[model.gallery_key] = cache.query_features((model.gallery_key, "image", b),
-                                                               lambda: _reference_features(model, queries))
+                                                               lambda: reference_features(model, queries))
             else:
-                refs[model.gallery_key] = _reference_features(model, queries)
+                refs[model.gallery_key] = reference_features(model, queries)
         if model.text_key not in texts:
             if clean_texts:
                 texts[model.text_key] = cache.query_features((model.text_key, "text", b),
@@ -352,9 +353,8 @@ def score_batch(setup: RetrievalSetup, cond: Condition, b: int, labels: Sequence
                  COUNT_KEY: len(queries)}
         predictions = None
         if spec.log_samples:
-            predictions = [(q.id, {"target": q.target_id, "rank": int(r), "text": q.text,
-                                   "top": [setup.gallery.ids[j] for j in top[i, :TOPK_LOGGED]]})
-                           for i, (q, r) in enumerate(zip(queries, ranks))]
+            ranked = Ranked(ranks, top, setup.gallery.ids)
+            predictions = [(q.id, RETRIEVAL.record(ranked, i, q, model)) for i, q in enumerate(queries)]
         out.append((m, state, predictions))
     return out
 
@@ -551,33 +551,31 @@ def _default_similarity():
 
 
 def _shifted_queries(queries: list[Query], cond: Condition, seed: int) -> list[Query]:
+    """A batch of queries shifted for ``cond`` (the reference image or the text). A failure is narrowed to
+    the query it fails on by the kernel (:func:`~shiftbench.engine.kernel.shift_narrowed`) and stops the
+    run naming it: a composed-retrieval run scores every query or none (recall's denominator is the
+    query set), so there is no ``on_error: skip`` here."""
     if cond.shift_name == "clean":
         return queries
     from ..shifts.retrieval import corrupt_query
 
-    if cond.shift.kind == "text":
-        return [corrupt_query(q, cond.shift, cond.severity, seed) for q in queries]
-    # a reference image shared by several queries is corrupted once (its draw is seeded by its image id,
-    # so it is the same in any batch)
-    done: dict[str, Query] = {}
-    out = []
-    for q in queries:
-        ref_id = q.reference.id
-        if ref_id not in done:
-            done[ref_id] = corrupt_query(q, cond.shift, cond.severity, seed)
-        shifted = done[ref_id]
-        out.append(q.replace(reference=shifted.reference, meta={**q.meta, "shift": shifted.meta["shift"]}))
+    def run(batch: list[Query]) -> tuple[list[Query], list[None]]:
+        if cond.shift.kind == "text":
+            return [corrupt_query(q, cond.shift, cond.severity, seed) for q in batch], [None] * len(batch)
+        # a reference image shared by several queries is corrupted once (its draw is seeded by its image
+        # id, so it is the same in any batch)
+        done: dict[str, Query] = {}
+        out = []
+        for q in batch:
+            ref_id = q.reference.id
+            if ref_id not in done:
+                done[ref_id] = corrupt_query(q, cond.shift, cond.severity, seed)
+            shifted = done[ref_id]
+            out.append(q.replace(reference=shifted.reference, meta={**q.meta, "shift": shifted.meta["shift"]}))
+        return out, [None] * len(batch)
+
+    _, out, _, _ = shift_narrowed(run, queries, "fail", f"evaluate: shift {cond.shift_name!r} (severity {cond.severity})")
     return out
-
-
-def _reference_features(model: Any, queries: list[Query]) -> np.ndarray:
-    """Reference-image features of a batch, each distinct reference encoded once."""
-    todo: dict[str, Any] = {}
-    for q in queries:
-        if q.reference.id not in todo:
-            todo[q.reference.id] = q.reference.image
-    feats = dict(zip(todo, model.image_features(list(todo.values()))))
-    return np.stack([feats[q.reference.id] for q in queries])
 
 
 def _results(metric_names: list[str], ranks: np.ndarray, sub_ranks: list, categories: list, n: int) -> dict:

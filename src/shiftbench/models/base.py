@@ -335,7 +335,7 @@ def check_label_space(model: Any, dataset_space: Any, dataset_name: str = "datas
     sequence of class names. Exact means: the same space, shared identifiers (wnids, COCO category ids)
     or the same unique names (see :func:`shiftbench.labelspace.map_spaces`); never a class count.
     Class-agnostic segmenters and captioners accept any dataset. The runner's fuller check, which also
-    configures zero-shot classifiers and applies ``label_map``, is ``shiftbench.engine.labels.plan_labels``.
+    configures zero-shot classifiers and applies ``label_map``, is ``shiftbench.tasks.labels.plan_labels``.
     """
     from ..labelspace import builtin_spaces
 

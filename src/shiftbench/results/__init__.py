@@ -2,6 +2,8 @@
 
 - :mod:`.store`: the SQLite store of runs, conditions, results, batches, predictions, per-sample values and
   artifacts (``Store``, ``ConditionKey``, ``params_key``, ``canonical_json``, ``spec_hash``);
+- :mod:`.database`: the SQLite file below the store (``Database``: opening, the schema and its version,
+  refusing a foreign or damaged file, write transactions with busy retries);
 - :mod:`.artifacts`: every artifact key a step writes, spelled once, with its reader;
 - :mod:`.codec`: the metric-state codec (``encode_state`` / ``decode_state``) of the per-batch states;
 - :mod:`.identity`: a stored run identity's key, and what changed between two identities.

@@ -1,0 +1,30 @@
+"""Classification: logits in, top-1 / top-5 / confidence per sample; labels mapped into the model's space."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..sample import Sample
+from .base import Task
+
+__all__ = ["Classification"]
+
+
+class Classification(Task):
+    """Classifiers and zero-shot classifiers: ``predict_logits`` (N, C), scored by top-k and calibration."""
+
+    name: ClassVar[str] = "classification"
+    default_metrics: ClassVar[tuple[str, ...]] = ("top1", "ece")
+    record_keys: ClassVar[frozenset[str]] = frozenset({"label", "pred", "pred_name", "confidence", "correct", "top5"})
+
+    def record(self, logits: np.ndarray, i: int, s: Sample, model, space=None) -> dict[str, Any]:
+        z = logits[i].astype(np.float64)
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        top = np.argsort(-p, kind="stable")[:5]
+        names = model.label_space.class_names
+        return {"label": s.label, "pred": int(top[0]), "pred_name": names[int(top[0])],
+                "confidence": round(float(p[top[0]]), 6), "correct": bool(int(top[0]) == s.label),
+                "top5": [int(t) for t in top]}
