@@ -70,7 +70,7 @@ SD2_TEXT = {"vocab_size": 49408, "hidden_size": 1024, "intermediate_size": 4096,
             "num_attention_heads": 16, "hidden_act": "gelu", "projection_dim": 512, "max_position_embeddings": 77}
 SCHEDULER = {"num_train_timesteps": 1000, "beta_schedule": "scaled_linear", "beta_start": 0.00085, "beta_end": 0.012,
              "clip_sample": False, "set_alpha_to_one": False, "steps_offset": 1}
-# the tests' tiny components (tests/test_background_diffusion.py): the same code paths in milliseconds
+# the tests' tiny components (tests/shifts/test_background_diffusion.py): the same code paths in milliseconds
 TINY_UNET = {"sample_size": 8, "in_channels": 9, "out_channels": 4, "layers_per_block": 1,
              "block_out_channels": (8, 16), "down_block_types": ("DownBlock2D", "CrossAttnDownBlock2D"),
              "up_block_types": ("CrossAttnUpBlock2D", "UpBlock2D"), "cross_attention_dim": 16, "norm_num_groups": 4,

@@ -5,7 +5,7 @@ in glass_blur / gaussian_blur / spatter) and setuptools >= 82 (``pkg_resources``
 files). The shims below are the smallest that make it run; they touch nothing outside the
 reference module except adding the ``np.float_`` alias numpy 1 had.
 
-Used by tests/test_corruptions_reference.py and benchmarks/corruptions.py; ``reference_corrupt``
+Used by tests/shifts/test_corruptions_reference.py and benchmarks/corruptions.py; ``reference_corrupt``
 is also the helper to produce the reference output of an image for any corruption and severity.
 """
 

@@ -1,10 +1,18 @@
-"""Tiny deterministic encoders for composed-retrieval tests (no weights, no torch)."""
+"""Tiny deterministic encoders for composed-retrieval tests (no weights, no torch), and the objects-cir spec
+the retrieval engine and report tests share."""
 
 from __future__ import annotations
 
 import zlib
 
 import numpy as np
+
+
+# the fake retrievers on objects-cir's val split; _test_noise is tiny_registry's image shift
+SPEC = {"dataset": "objects-cir", "dataset_params": {"split": "val"},
+        "models": ["image_only", "text_only", "sum_fusion", "combiner"],
+        "shifts": ["clean", {"name": "_test_noise", "severities": [2, 5]}, {"name": "text_swap", "severity": 3}],
+        "metrics": ["recall", "recall_subset", "rank"], "limit": 35}
 
 
 class ColourGridEncoder:

@@ -21,11 +21,10 @@ def test_controls_and_attack_are_not_averaged_into_natural_backgrounds():
                  _row(model, "background_color", 0.6, {"color": "red"}),
                  _row(model, "background_texture", 0.7, {"texture": 1}),
                  _row(model, "object_only", 0.9), _row(model, "background_only", 0.0),
-                 _row(model, "adversarial_texture", attacked, {"early_stop": True})]
+                 _row(model, "adversarial_texture", attacked, {"model": "a", "early_stop": True})]
     buf = io.StringIO()
     console = Console(file=buf, width=250, color_system=None)
-    spec = {"shifts": [{"name": "adversarial_texture", "params": {"model": "a", "early_stop": True}}]}
-    _print_classification(console, rows, spec)
+    _print_classification(console, rows)  # the attacked model is the one in the rows' params
     text = buf.getvalue()
     line_a = next(line for line in text.splitlines() if line.startswith("│ a "))
     cells = [c.strip() for c in line_a.strip("│ ").split("│")]
@@ -45,7 +44,7 @@ def test_mixed_same_mixed_rand_and_their_gap_have_columns():
                  _row(model, "background_scene", rand, {"scene": "mixed_rand"}),
                  _row(model, "background_color", 0.4, {"color": "red"})]
     buf = io.StringIO()
-    _print_classification(Console(file=buf, width=250, color_system=None), rows, None, "curated")
+    _print_classification(Console(file=buf, width=250, color_system=None), rows, "curated")
     text = buf.getvalue()
     header = next(line for line in text.splitlines() if "Mixed-Same" in line)
     assert [c.strip() for c in header.strip("┃ ").split("┃")] == [

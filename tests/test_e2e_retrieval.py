@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 import tiny_hub
+from cirr_synth import make_cirr, write_image
 from e2e import kill_and_resume, report_tables, row_key
 from shiftbench.cli import cli
 from shiftbench.results.store import Store
-from test_datasets_readers import make_cirr, write_image
 
 pytest.importorskip("transformers")
 

@@ -38,7 +38,7 @@ def test_config_holds_the_twelve_edits_at_severity_5_on_the_classic_backend():
 def test_cut_config_runs_to_store_and_report(tmp_path):
     spec = load_spec(CONFIG)
     spec.limit = 4
-    spec.curate = None  # four samples: curation is tested in test_curate_protocol.py
+    spec.curate = None  # four samples: curation is tested in engine/test_curate_protocol.py
     keep = ({"material": "paper", "backend": "classic"}, {"style": "sketch", "backend": "classic"})
     spec.shifts = [s for s in spec.shifts if s.name == "clean" or s.params in keep]
     assert len(spec.shifts) == 3

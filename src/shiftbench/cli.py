@@ -173,14 +173,8 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
     """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
     from .engine.spec import load_spec
 
-    spec = load_spec(config)
-    if limit is not None:
-        spec.limit = limit
-    if log_samples:
-        spec.log_samples = True
-    if on_error is not None:
-        spec.on_error = on_error
-    spec = spec.with_engine(name=engine, address=address, workers=workers, shard_size=shard_size, pixels=pixels)
+    spec = load_spec(config).with_run(limit=limit, log_samples=log_samples or None, on_error=on_error).with_engine(
+        name=engine, address=address, workers=workers, shard_size=shard_size, pixels=pixels)
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)

@@ -8,7 +8,7 @@ a VOC class map with a value outside the palette was read as it was, and a CIRR 
 object raised AttributeError. Tar shards are built deterministically: members sorted by name, mtime 0,
 uid/gid 0, no user names, mode 0644, PAX format.
 
-``extra["read_back"]`` (read by tests/test_readers_properties.py): the generated folder below ``{out}`` and
+``extra["read_back"]`` (read by tests/datasets/test_readers_properties.py): the generated folder below ``{out}`` and
 the (label, class name) of each record read back from it.
 """
 

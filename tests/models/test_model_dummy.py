@@ -7,7 +7,8 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
-from shiftbench.models import Detections, check_outputs, predict_batch
+from shiftbench.models import Detections, check_outputs
+from shiftbench.tasks import predict_batch
 
 
 def _images():

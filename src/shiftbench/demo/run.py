@@ -32,6 +32,7 @@ def demo_spec(name: str) -> dict[str, Any]:
 def run_demo(out: str | Path, quick: bool = False) -> Path:
     from ..console import make_console, plural
     from ..engine.evaluate import evaluate
+    from ..engine.spec import load_spec
     from ..report import build_report
 
     console = make_console()
@@ -45,27 +46,25 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     run_ids, timings = [], {}
     summaries = []
     for part in (f"demo{suffix}", f"demo_objectcompose{suffix}", f"demo_cir{suffix}"):
-        spec = demo_spec(part)
-        console.print(f"[bold]{spec['name']}[/bold]: {plural(len(spec['models']), 'model')} on '{spec['dataset']}', "
-                      f"{plural(len(spec['shifts']), 'shift entry', 'shift entries')} -> {store}", soft_wrap=True)
+        spec = load_spec(demo_spec(part))  # parsed once; the run takes it as is
+        console.print(f"[bold]{spec.name}[/bold]: {plural(len(spec.models), 'model')} on '{spec.dataset}', "
+                      f"{plural(len(spec.shifts), 'shift entry', 'shift entries')} -> {store}", soft_wrap=True)
         t = time.perf_counter()
         rows = evaluate(spec, store=store, progress=True)
-        timings[spec["name"]] = time.perf_counter() - t
+        timings[spec.name] = time.perf_counter() - t
         run_ids.append(rows[0]["run_id"])
         summaries.append(rows)
     report = build_report(store, out / f"report{suffix}", run_id=run_ids)
     total = time.perf_counter() - start
-    _print_classification(console, summaries[0], demo_spec(f"demo{suffix}"), "corruptions")
-    _print_classification(console, summaries[1], demo_spec(f"demo_objectcompose{suffix}"),
-                          "ObjectCompose backgrounds, curated")
+    _print_classification(console, summaries[0], "corruptions")
+    _print_classification(console, summaries[1], "ObjectCompose backgrounds, curated")
     _print_retrieval(console, summaries[2])
     parts = ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
     console.print(f"done in {total:.0f} s ({parts}); report: {report}", soft_wrap=True, markup=False)
     return report
 
 
-def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, Any] | None = None,
-                          what: str = "") -> None:
+def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -> None:
     """Per model: clean, the corruptions' mean, the natural background families' mean, Mixed-Same,
     Mixed-Rand and their BG-Gap, and the two controls and the attack in columns of their own (never
     averaged into the natural families). Columns a run has no rows for are left out."""
@@ -78,7 +77,7 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
 
     top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
     groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
-    source = _attack_source(spec, rows)
+    source = _attack_source(top1)
     n = max((r["n"] for r in top1 if r["shift"] == "clean"), default=0)
     fam = {(r["shift"], params_key(r["params"])): family_of(r["shift"], r["params"]) for r in top1}
 
@@ -133,22 +132,23 @@ def _print_classification(console, rows: list[dict[str, Any]], spec: dict[str, A
     notes = [f"{n} images per cell: one image is {100 / n:.1f} points." if n else ""]
     if any(family_of(r["shift"], r["params"]) == "adversarial" for r in top1):
         early = any((r["params"] or {}).get("early_stop") for r in top1 if r["shift"].startswith("adversarial"))
-        notes.append(f"The adversarial background is optimised against {source}"
+        notes.append(f"The adversarial background is optimised against {source or 'a model given as an object'}"
                      + (" and stops on each image as soon as it is fooled (early_stop: true), so it is weaker "
                         "on the other models than the full 30 steps." if early else "."))
     console.print(" ".join(x for x in notes if x), soft_wrap=True, markup=False)
 
 
 
-def _attack_source(spec: dict[str, Any] | None, rows: list[dict[str, Any]]) -> str:
-    """The classifier the adversarial background is optimised against (its ``model`` parameter, by
-    default efficientnet_lite0)."""
-    for entry in (spec or {}).get("shifts", []):
-        if isinstance(entry, dict) and str(entry.get("name", "")).startswith("adversarial"):
-            model = (entry.get("params") or {}).get("model")
-            if model:
-                return str(model)
-    return "efficientnet_lite0"
+def _attack_source(rows: list[dict[str, Any]]) -> str | None:
+    """The classifier the adversarial background is optimised against, from the rows' own params
+    (``report.objectcompose.attack_source``: the shift's source parameter, or its default)."""
+    from ..report.objectcompose import attack_source
+
+    for r in rows:
+        source = attack_source(r["shift"], r["params"] or {})
+        if source is not None:
+            return source
+    return None
 
 
 def _points(same: list[float], rand: list[float]) -> str:

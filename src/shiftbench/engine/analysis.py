@@ -15,7 +15,7 @@ Users import the functions from :mod:`shiftbench.analysis`, which re-exports the
 
 Grad-CAM is written here (30 lines on torch hooks) rather than taken from the ``grad-cam`` package,
 which requires the GUI build of OpenCV (it conflicts with the headless one the core uses) and
-torchvision; ``tests/test_analysis.py`` holds it to a brute-force occlusion map on a small model.
+torchvision; ``tests/engine/test_analysis.py`` holds it to a brute-force occlusion map on a small model.
 """
 
 from __future__ import annotations

@@ -236,6 +236,20 @@ class Spec:
                     planned.append(PlannedCondition(model.label or model.name, shift.name, dict(shift.params), severity))
         return planned
 
+    def with_run(self, limit: int | None = None, log_samples: bool | None = None,
+                 on_error: str | None = None) -> "Spec":
+        """This spec with the run options a command line sets (``--limit``, ``--log-samples``,
+        ``--on-error``; None keeps the spec's), checked as the spec's own keys are; a new run identity
+        where they change the numbers."""
+        changes: dict[str, Any] = {}
+        if limit is not None:
+            changes["limit"] = _check_limit(limit, _where(self.source, "limit"))
+        if log_samples is not None:
+            changes["log_samples"] = _check_flag(log_samples, _where(self.source, "log_samples"))
+        if on_error is not None:
+            changes["on_error"] = _check_on_error(on_error, _where(self.source, "on_error"))
+        return dataclasses.replace(self, **changes) if changes else self
+
     def with_engine(self, **overrides: Any) -> "Spec":
         """This spec with its engine section overridden (CLI flags, ``evaluate``'s arguments; see
         :meth:`EngineSection.with_overrides`); the run's identity is unchanged."""
@@ -434,6 +448,24 @@ def _parse_severities(value: Any, where: str) -> tuple[int, ...]:
     raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
 
 
+def _check_limit(limit: Any, where: str) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise SpecError(f"{where}: expected a positive integer, got {limit!r}")
+    return limit
+
+
+def _check_flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _check_on_error(value: Any, where: str) -> str:
+    if value not in ("fail", "skip"):
+        raise SpecError(f"{where}: expected fail or skip, got {value!r}")
+    return value
+
+
 def load_spec(spec: Any, check_names: bool = True) -> Spec:
     """Read and validate a spec from a YAML path, a YAML string path-like, a dict, or a Spec.
 
@@ -477,24 +509,18 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         seed = check_seed(spec.get("seed", 0), _where(source, "seed"))
     except SeedError as exc:
         raise SpecError(str(exc)) from None
-    limit = spec.get("limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise SpecError(f"{_where(source, 'limit')}: expected a positive integer, got {limit!r}")
+    limit = _check_limit(spec.get("limit"), _where(source, "limit"))
     batch_size = spec.get("batch_size", 32)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise SpecError(f"{_where(source, 'batch_size')}: expected a positive integer, got {batch_size!r}")
-    log_samples = spec.get("log_samples", False)
-    if not isinstance(log_samples, bool):
-        raise SpecError(f"{_where(source, 'log_samples')}: expected true or false, got {log_samples!r}")
+    log_samples = _check_flag(spec.get("log_samples", False), _where(source, "log_samples"))
     ids = spec.get("ids")
     if ids is not None and not isinstance(ids, str):
         raise SpecError(f"{_where(source, 'ids')}: expected a file path, got {ids!r}")
     if ids is not None and source and not Path(ids).is_absolute():
         ids = str(Path(source).parent / ids)
 
-    on_error = spec.get("on_error", "fail")
-    if on_error not in ("fail", "skip"):
-        raise SpecError(f"{_where(source, 'on_error')}: expected fail or skip, got {on_error!r}")
+    on_error = _check_on_error(spec.get("on_error", "fail"), _where(source, "on_error"))
     label_map = _parse_label_map(spec.get("label_map"), source)
     engine = _parse_engine(spec.get("engine"), source)
     quality = _parse_quality(spec.get("quality"), source)

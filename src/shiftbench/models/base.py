@@ -39,8 +39,9 @@ resizing / cropping / normalising with differentiable ops. ``model.module`` is t
 
 Checks the runner should call: :func:`check_outputs` (NaN/inf, shape) on every batch and
 :func:`check_label_space` once per (model, dataset); both raise :class:`ShiftbenchError`.
-:func:`predict_batch` dispatches on the task and returns what that task's metrics take in ``update``
-(logits; foreground probabilities or label maps; ``Detections``; captions), already checked.
+:func:`shiftbench.tasks.predict_batch` (the tasks layer, above this one) runs a model as its task asks and
+returns what that task's metrics take in ``update`` (logits; foreground probabilities or label maps;
+``Detections``; captions), already checked.
 
 >>> space = LabelSpace("toy", ("cat", "dog"))
 >>> space.num_classes, space.index("dog")
@@ -61,12 +62,11 @@ from ..labelspace import LabelSpace, map_spaces
 from ..sample import to_rgb_uint8
 
 __all__ = [
-    "TASKS", "LabelSpace", "Preprocess", "Detections", "Model", "Classifier", "ZeroShotClassifier",
+    "LabelSpace", "Preprocess", "Detections", "Model", "Classifier", "ZeroShotClassifier",
     "Segmenter", "Detector", "Captioner", "TorchClassifier", "check_outputs", "check_label_space",
-    "as_image_list", "parse_dtype", "predict_batch",
+    "as_image_list", "parse_dtype",
 ]
 
-TASKS = ("classification", "segmentation", "detection", "captioning")
 
 
 # -- label spaces: defined in shiftbench.labelspace (torch-free), re-exported here ------------------------
@@ -585,29 +585,3 @@ class TorchClassifier(Classifier):
         check_outputs(out, self.name, num_classes=self.label_space.num_classes if self.label_space else None,
                       batch_size=len(images))
         return out
-
-
-
-def predict_batch(model: Any, images: Sequence[np.ndarray]) -> Any:
-    """Run any model on a batch and return what its task's metrics take, checked for NaN/inf and length.
-
-    classification: float32 logits (N, C); segmentation: float32 (H, W) foreground probabilities for
-    class-agnostic models, int64 (H, W) label maps otherwise; detection: list of :class:`Detections`;
-    captioning: list of str.
-    """
-    images = as_image_list(images)
-    name = getattr(model, "name", type(model).__name__)
-    task = getattr(model, "task", None)
-    if task == "classification":
-        out = model.predict_logits(images)
-        space = getattr(model, "label_space", None)
-        check_outputs(out, name, num_classes=space.num_classes if space else None, batch_size=len(images))
-        return out
-    if task == "segmentation":
-        out = model.predict(images) if getattr(model, "class_agnostic", False) else model.predict_masks(images)
-    elif task in ("detection", "captioning"):
-        out = model.predict(images)
-    else:
-        raise ShiftbenchError(f"model {name!r} has no known task ({task!r}); expected one of {', '.join(TASKS)}")
-    check_outputs(list(out), name, batch_size=len(images))
-    return list(out)

@@ -16,7 +16,7 @@ from ..errors import ShiftbenchError
 from ..registry import TASKS
 from .base import Task
 
-__all__ = ["TASKS", "Task", "task_of"]
+__all__ = ["TASKS", "Task", "task_of", "predict_batch"]
 
 TASKS.add_lazy("classification", "shiftbench.tasks.classification:Classification",
                description="classifiers and zero-shot classifiers: logits, top-k, calibration")
@@ -41,3 +41,16 @@ def task_of(model: Any, name: str | None = None, runner: str | None = None) -> T
             return found
     name = name if name is not None else getattr(model, "name", type(model).__name__)
     raise ShiftbenchError(f"model {name!r}: the runner does not evaluate {task!r} models yet")
+
+
+def predict_batch(model: Any, images: Any) -> Any:
+    """Run any model on a batch of images as its task asks and return what the task's metrics take, checked
+    for NaN/inf and length: classification, float32 logits (N, C); segmentation, float32 (H, W) foreground
+    probabilities for class-agnostic models, int64 (H, W) label maps otherwise; detection, a list of
+    ``Detections``; captioning, a list of str."""
+    task = getattr(model, "task", None)
+    if not (isinstance(task, str) and task in TASKS) or TASKS.create(task).runner != "evaluate":
+        name = getattr(model, "name", type(model).__name__)
+        known = [n for n in TASKS.names() if TASKS.create(n).runner == "evaluate"]
+        raise ShiftbenchError(f"model {name!r} has no known task ({task!r}); expected one of {', '.join(known)}")
+    return TASKS.create(task).predict_images(model, images)

@@ -2,8 +2,9 @@
 
 A task object holds, in one place, what differs between tasks once a model is built:
 
-- ``predict(model, samples)``: what the task's metrics take in ``update_from_samples`` (logits, masks,
-  detections, captions), checked for NaN/inf and length;
+- ``predict_images(model, images)``: the model run as the task asks (``predict_logits``, ``predict_masks``,
+  ``predict``), returning what the task's metrics take in ``update_from_samples`` (logits, masks,
+  detections, captions), checked for NaN/inf and length; ``predict(model, samples)`` on samples;
 - ``record(outputs, i, sample, model, space)``: the JSON record the store keeps for sample ``i`` of a batch
   (the report's sample grid, ``log_samples``); ``record_keys`` are the keys every record has;
 - ``plan_labels(model, dataset, label_map, dataset_name)``: the label plan (:mod:`shiftbench.tasks.labels`):
@@ -19,9 +20,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Sequence
 
-from ..sample import Sample
 
-__all__ = ["Task", "predict_images"]
+__all__ = ["Task"]
 
 
 class Task:
@@ -34,7 +34,16 @@ class Task:
 
     def predict(self, model: Any, samples: Sequence[Any]) -> Any:
         """What the task's metrics take for these samples, checked (one batch)."""
-        return predict_images(model, samples)
+        return self.predict_images(model, [s.image for s in samples])
+
+    def predict_images(self, model: Any, images: Sequence[Any]) -> Any:
+        """The model run on a batch of images as this task asks, its outputs checked (NaN/inf, length)."""
+        from ..models.base import as_image_list, check_outputs
+
+        images = as_image_list(images)
+        out = list(model.predict(images))
+        check_outputs(out, _name(model), batch_size=len(images))
+        return out
 
     def record(self, outputs: Any, i: int, sample: Any, model: Any, space: Any = None) -> dict[str, Any]:
         """The stored record of sample ``i`` of a batch whose predictions are ``outputs``; ``space`` is the
@@ -55,8 +64,5 @@ class Task:
         return f"<task {self.name!r}>"
 
 
-def predict_images(model: Any, samples: Sequence[Sample]) -> Any:
-    """What the model's task's metrics take, checked for NaN/inf and length (models.base.predict_batch)."""
-    from ..models.base import predict_batch
-
-    return predict_batch(model, [s.image for s in samples])
+def _name(model: Any) -> str:
+    return getattr(model, "name", type(model).__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -18,6 +18,17 @@ class Classification(Task):
     name: ClassVar[str] = "classification"
     default_metrics: ClassVar[tuple[str, ...]] = ("top1", "ece")
     record_keys: ClassVar[frozenset[str]] = frozenset({"label", "pred", "pred_name", "confidence", "correct", "top5"})
+
+    def predict_images(self, model: Any, images: Sequence[Any]) -> np.ndarray:
+        """``predict_logits``: float32 (N, C), C the model's label space when it has one."""
+        from ..models.base import as_image_list, check_outputs
+
+        images = as_image_list(images)
+        out = model.predict_logits(images)
+        space = getattr(model, "label_space", None)
+        check_outputs(out, getattr(model, "name", type(model).__name__),
+                      num_classes=space.num_classes if space else None, batch_size=len(images))
+        return out
 
     def record(self, logits: np.ndarray, i: int, s: Sample, model, space=None) -> dict[str, Any]:
         z = logits[i].astype(np.float64)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
@@ -20,6 +20,17 @@ class Segmentation(Task):
     default_metrics: ClassVar[tuple[str, ...]] = ("miou",)
     agnostic_metrics: ClassVar[tuple[str, ...]] = ("foreground_iou",)
     record_keys: ClassVar[frozenset[str]] = frozenset({"foreground_fraction"})  # and "iou" where the sample has a mask
+
+    def predict_images(self, model: Any, images: Sequence[Any]) -> list[np.ndarray]:
+        """float32 (H, W) foreground probabilities of a class-agnostic segmenter (``predict``), int64 (H, W)
+        label maps of a semantic one (``predict_masks``)."""
+        from ..models.base import as_image_list, check_outputs
+
+        images = as_image_list(images)
+        out = model.predict(images) if getattr(model, "class_agnostic", False) else model.predict_masks(images)
+        out = list(out)
+        check_outputs(out, getattr(model, "name", type(model).__name__), batch_size=len(images))
+        return out
 
     def record(self, outputs: list[np.ndarray], i: int, s: Sample, model, space=None) -> dict[str, Any]:
         out = np.asarray(outputs[i])

@@ -65,7 +65,7 @@ class _one_torch_thread:
 @SHIFTS.register("adversarial_texture", group="background",
                  description="background optimised (AdamW, CPU) to fool EfficientNet-Lite0; object kept exactly",
                  # the generic suite would run ~55 Lite0 attacks (about a minute on 2 cores); the same checks run
-                 # on fewer calls in tests/test_background_adversarial.py
+                 # on fewer calls in tests/shifts/test_background_adversarial.py
                  contract=False)
 class AdversarialTexture(BackgroundShift):
     """Adversarial colour-field background against a source classifier (default efficientnet_lite0)."""

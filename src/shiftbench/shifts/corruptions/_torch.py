@@ -4,7 +4,7 @@ Each family's file gives its corruptions a ``corrupt_tensor(x, severity, params)
 the same out, on the input's device; ``Corruption.apply_tensor`` (in ``_common``) checks the batch and
 calls it once per severity. Every tensor path takes the params of the numpy path (drawn by the same
 per-sample generators, so a seed and a replay mean the same thing on both paths) and gives the numpy
-path's output within a fraction of a grey level (tests/test_corruptions_torch.py holds every corruption
+path's output within a fraction of a grey level (tests/shifts/test_corruptions_torch.py holds every corruption
 and severity to a mean absolute difference under 1 per image). Pixel arithmetic runs on the tensor's
 device. What is drawn from a recorded seed is drawn where the numpy path draws it, on the CPU from the
 same PCG64 stream, and moved to the device as random words or fields: the noise words, the snow and

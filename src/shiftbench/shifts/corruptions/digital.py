@@ -210,7 +210,7 @@ class JpegCompression(Corruption):
     """JPEG compression (ImageNet-C): encode at quality 25, 18, 15, 10, 7 (4:2:0) and decode.
 
     OpenCV's libjpeg-turbo gives the same bytes as the reference's Pillow encoder here
-    (tests/test_corruptions_reference.py checks it) in about 2/3 of the time, mostly saved
+    (tests/shifts/test_corruptions_reference.py checks it) in about 2/3 of the time, mostly saved
     in copies between Pillow and numpy.
     """
 

@@ -18,13 +18,13 @@ from shiftbench.results.store import ConditionKey, Store
 from e2e import count_in
 from store_writer import expected_value
 
-HERE = Path(__file__).parent
-WRITER = [sys.executable, str(HERE / "store_writer.py")]
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+WRITER = [sys.executable, str(TESTS / "store_writer.py")]
 
 
 def env():
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent / "src"), e.get("PYTHONPATH", "")])
+    e["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(TESTS.parent / "src"), e.get("PYTHONPATH", "")])
     return e
 
 

@@ -14,7 +14,7 @@ from shiftbench.report.build import markdown_blocks
 from shiftbench.report.objectcompose import family_of, summarise, summary_blocks, to_markdown
 from shiftbench.spec import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rows(values: dict[tuple[str, tuple], tuple[float, float]]) -> list[dict]:

@@ -18,7 +18,7 @@ from shiftbench.spec import load_spec
 
 from tiny_hub import PixelFeatures, register_pixel_features
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_config_lists_every_attribute_of_the_paper():

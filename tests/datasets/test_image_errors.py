@@ -28,8 +28,8 @@ from shiftbench.sample import load_image
 
 from conftest import make_image
 
-HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 CLASSES = ("n01440764", "n01443537")
 BAD = ("n01440764/cut.jpg", "n01443537/notes.png", "n01443537/bomb.png")
 
@@ -61,7 +61,7 @@ def make_folder(root: Path, bad: bool = True) -> Path:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC)]), COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC)]), COLUMNS="200")
     code = "import sys; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 

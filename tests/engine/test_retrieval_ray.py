@@ -7,10 +7,10 @@ import pytest
 
 import tiny_hub
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
+from cirr_synth import make_cirr, write_image
 from e2e import kill_and_resume, row_key, samples_key
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.results.store import Store
-from test_datasets_readers import make_cirr, write_image
 
 pytest.importorskip("transformers")
 pytest.importorskip("ray")

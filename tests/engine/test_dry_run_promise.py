@@ -20,7 +20,7 @@ from shiftbench.errors import ShiftbenchError
 
 from conftest import make_image
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
 # diffusion pipelines from a hub: their mechanics are tested with tiny models built from config elsewhere
 HUB = {"adversarial_diffusion", "background_inpaint"}
 SPECIAL = {
@@ -91,7 +91,7 @@ def test_the_cli_dry_run_says_it_in_one_line(folders, tmp_path):
                       "models: [{name: dummy_classifier, params: {label_space: [cat, dog]}}]\n"
                       "shifts: [gaussian_noise, {name: background_scene, params: {scene: mixed_rand}}]\n"
                       "metrics: [top1]\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent / "src")]), COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent / "src")]), COLUMNS="200")
     code = "import sys\nfrom shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     out = subprocess.run([sys.executable, "-c", code, "evaluate", "--config", str(config), "--dry-run"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)

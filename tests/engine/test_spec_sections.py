@@ -84,3 +84,24 @@ def test_each_shift_entry_is_created_once_per_run(tmp_path, monkeypatch, quality
         db.close()
     assert {r["shift"] for r in stored} == ({"_test_noise", "_test_modeled"} if quality else set())
     assert sorted(created) == [("_test_modeled", '{"delay": 0.0}'), ("_test_noise", "{}"), ("clean", "{}")]
+
+
+def test_run_options_from_a_command_line_are_checked_as_the_specs_keys():
+    """``Spec.with_run`` (the CLI's --limit, --log-samples, --on-error): a new spec, the loaded one unchanged,
+    the identity following the values, and a bad value refused naming the key as the spec's own would be."""
+    from shiftbench.engine.spec import load_spec
+    from shiftbench.errors import SpecError
+
+    base = load_spec({"dataset": "objects", "models": ["dummy_classifier"], "shifts": ["clean"], "metrics": ["top1"]})
+    edited = base.with_run(limit=5, log_samples=True, on_error="skip")
+    assert (base.limit, base.log_samples, base.on_error) == (None, False, "fail")
+    assert (edited.limit, edited.log_samples, edited.on_error) == (5, True, "skip")
+    assert edited.raw == load_spec({"dataset": "objects", "models": ["dummy_classifier"], "shifts": ["clean"],
+                                    "metrics": ["top1"], "limit": 5, "log_samples": True, "on_error": "skip"}).raw
+    assert base.with_run() is base
+    for kwargs, message in (({"limit": 0}, "limit: expected a positive integer, got 0"),
+                            ({"on_error": "ignore"}, "on_error: expected fail or skip, got 'ignore'"),
+                            ({"log_samples": "yes"}, "log_samples: expected true or false, got 'yes'")):
+        with pytest.raises(SpecError) as err:
+            base.with_run(**kwargs)
+        assert str(err.value) == message

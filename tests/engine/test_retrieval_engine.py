@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
-from cir_fakes import ColourGridEncoder, HashedWordsEncoder, SharedModel, fake_retrievers, random_weights
+from cir_fakes import SPEC, ColourGridEncoder, HashedWordsEncoder, SharedModel, fake_retrievers, random_weights
 
 from shiftbench.datasets.objects_cir import ObjectsCIR
 from shiftbench.engine.evaluate import evaluate
@@ -19,12 +19,6 @@ from shiftbench.registry import SHIFTS
 from shiftbench.results.store import Store
 from shiftbench.sample import Query, Sample
 from shiftbench.shifts.retrieval import CorruptedRetrieval, WithCategories
-
-SPEC = {"dataset": "objects-cir", "dataset_params": {"split": "val"},
-        "models": ["image_only", "text_only", "sum_fusion", "combiner"],
-        "shifts": ["clean", {"name": "_test_noise", "severities": [2, 5]}, {"name": "text_swap", "severity": 3}],
-        "metrics": ["recall", "recall_subset", "rank"], "limit": 35}
-
 
 @pytest.fixture(scope="module")
 def retrievers():
@@ -250,7 +244,7 @@ def test_spec_of_retrievers_cannot_mix_other_models():
 
 
 def test_cirr_folder_runs_with_keyword_categories(tmp_path, retrievers):
-    from test_datasets_readers import make_cirr
+    from cirr_synth import make_cirr
 
     make_cirr(tmp_path)
     spec = {**SPEC, "dataset": str(tmp_path), "dataset_params": {}, "limit": None,

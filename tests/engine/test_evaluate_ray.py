@@ -23,8 +23,8 @@ from e2e import KillFirstLogged
 from shiftbench.errors import ShiftbenchError, SpecError
 from shiftbench.spec import EngineSection, load_spec
 
-HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 
 SPEC = {
     "dataset": "_test_tiny",
@@ -136,11 +136,11 @@ def test_a_killed_actor_is_replaced_and_nothing_is_lost_or_doubled(ray_cluster, 
 def _child(run: dict, db: Path, delay: float) -> subprocess.Popen:
     code = (
         "import sys, time, json, logging\n"
-        f"sys.path[:0] = [{str(HERE)!r}, {str(SRC)!r}]\n"
+        f"sys.path[:0] = [{str(TESTS)!r}, {str(SRC)!r}]\n"
         "import tiny_registry, shiftbench as sb\n"
         f"sb.evaluate(json.loads({json.dumps(run)!r}), store={str(db)!r}, on_batch=lambda m, b: time.sleep({delay}))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -198,7 +198,7 @@ def test_a_sample_the_shift_fails_on_is_named_and_finished_units_are_kept(ray_cl
 
 
 def cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC), os.environ.get("PYTHONPATH", "")]))
     code = "import sys, tiny_registry; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=timeout, cwd=cwd)

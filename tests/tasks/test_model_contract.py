@@ -1,4 +1,4 @@
-"""The model contract, over the registry (issue 26, step 3), as tests/test_shift_contract.py is for shifts: every
+"""The model contract, over the registry (issue 26, step 3), as tests/shifts/test_shift_contract.py is for shifts: every
 registered model is built (tiny, from a config saved to a folder, where it comes from a hub; bundled ones with
 their shipped weights) and predicts through the runner: a one-condition spec through ``sb.evaluate`` on a small
 generated dataset of its task, scored by the task's default metrics, every row finite with the right n, and every
@@ -152,7 +152,7 @@ def test_every_named_model_builds_and_predicts_through_the_runner(name, tmp_path
 
 
 def _retrieve(name: str, model: Any, tmp_path: Path) -> None:
-    from test_datasets_readers import make_cirr
+    from cirr_synth import make_cirr
 
     make_cirr(tmp_path / "cirr")  # 2 queries over a 7-image gallery
     task = task_of(model, name)

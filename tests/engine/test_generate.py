@@ -18,7 +18,7 @@ from shiftbench.engine.generate import generate, parse_severities, resolve_shift
 from shiftbench.errors import SeverityError, ShiftbenchError
 from shiftbench.sample import load_image
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -61,7 +61,7 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
         "def slow(job):\n    time.sleep(0.05); return orig(job)\n"
         "g._run_job = slow\n"
         "g.generate('_test_tiny', ['_test_noise'], [1, 2, 3, 4, 5], %r, seed=2)\n"
-    ) % (str(HERE), str(HERE.parent / "src"), str(out))
+    ) % (str(TESTS), str(TESTS.parent / "src"), str(out))
     proc = subprocess.Popen([sys.executable, "-c", code])
     journal = out / "manifest.partial.jsonl"
     deadline = time.time() + 60

@@ -18,7 +18,7 @@ from shiftbench.errors import ShiftbenchError, SpecError
 from shiftbench.results.store import Store
 from tiny_registry import TinyDataset
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
 SPEC = {
     "dataset": "_test_tiny",
     "models": [{"name": "dummy_classifier", "params": {"label_space": 2}},
@@ -149,7 +149,7 @@ def test_results_json_from_cli(tmp_path):
     import yaml
 
     path.write_text(yaml.safe_dump(spec()))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent / "src")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent / "src")]))
     code = "import sys, tiny_registry; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     out = subprocess.run([sys.executable, "-c", code, "evaluate", "--config", str(path), "--store",
                           str(tmp_path / "r.db"), "--results-json", str(tmp_path / "rows.json"), "--limit", "8"],

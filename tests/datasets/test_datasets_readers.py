@@ -18,12 +18,7 @@ from shiftbench.datasets.voc import VOC_CLASSES, voc_colormap
 from shiftbench.errors import ImageError, ShiftbenchError
 from shiftbench.registry import DATASETS
 
-
-def write_image(path: Path, seed: int, size: tuple[int, int] = (24, 32)) -> np.ndarray:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arr = np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
-    Image.fromarray(arr).save(path)  # PNG keeps bytes exact; JPEG names only where the layout needs .jpg
-    return arr
+from cirr_synth import make_cirr, write_image
 
 
 def write_corrupt(path: Path) -> None:
@@ -408,24 +403,6 @@ def test_voc_corrupt_label_png(tmp_path, caplog):
 
 
 # -- CIRR --------------------------------------------------------------------------------------------
-def make_cirr(root: Path, paths: dict[str, str] | None = None) -> dict[str, np.ndarray]:
-    names = [f"dev-{i}-0-img{i}" for i in range(7)]
-    arrays = {n: write_image(root / "img_raw" / "dev" / f"{n}.png", i, (8, 8)) for i, n in enumerate(names)}
-    split = {n: f"./dev/{n}.png" for n in names}
-    split.update(paths or {})
-    captions = [
-        {"pairid": 12, "reference": names[0], "target_hard": names[1], "caption": "make it red",
-         "target_soft": {names[1]: 1.0}, "img_set": {"id": 3, "members": names[:6]}},
-        {"pairid": 13, "reference": names[6], "target_hard": names[2], "caption": "two of them",
-         "img_set": {"id": 4, "members": [names[6], names[2], names[3], names[4], names[5], names[1]]}},
-    ]
-    (root / "cirr" / "captions").mkdir(parents=True)
-    (root / "cirr" / "image_splits").mkdir(parents=True)
-    (root / "cirr" / "captions" / "cap.rc2.val.json").write_text(json.dumps(captions))
-    (root / "cirr" / "image_splits" / "split.rc2.val.json").write_text(json.dumps(split))
-    return arrays
-
-
 def test_cirr_reader(tmp_path):
     arrays = make_cirr(tmp_path)
     ds = sb.load_dataset(str(tmp_path))  # detected
@@ -529,6 +506,6 @@ def test_readers_do_not_import_torch():
 
     code = ("import sys, shiftbench as sb; sb.list_datasets(); import shiftbench.datasets; "
             "print('torch' in sys.modules)")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2] / "src"))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "False"

@@ -13,7 +13,7 @@ import pytest
 from shiftbench.shifts.text import homophones, misspellings
 
 DATA = resources.files("shiftbench").joinpath("data", "text")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_lists_ship_with_licences_and_stay_small():

@@ -28,7 +28,7 @@ from shiftbench.labelspace import LabelSpace
 from shiftbench.models.dummy import DummySegmenter
 from shiftbench.registry import MODELS
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -112,7 +112,7 @@ def test_coco_generate_resumed_after_a_kill_gives_the_same_bytes(tmp_path):
         "def slow(job):\n    time.sleep(0.3); return orig(job)\n"
         "g._run_job = slow\n"
         "g.generate(%r, ['gaussian_noise'], [1, 2, 3, 4, 5], %r, seed=1)\n"
-    ) % (str(HERE.parent / "src"), str(root), str(out))
+    ) % (str(TESTS.parent / "src"), str(root), str(out))
     proc = subprocess.Popen([sys.executable, "-c", code])
     journal = out / "manifest.partial.jsonl"
     deadline = time.time() + 120

@@ -20,8 +20,8 @@ from e2e import KillFirstLogged
 from shiftbench.engine.generate import generate
 from shiftbench.errors import ShiftbenchError
 
-HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
@@ -30,7 +30,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(SRC), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(SRC), env.get("PYTHONPATH", "")])
     code = "import sys, tiny_registry; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
@@ -72,7 +72,7 @@ def test_a_killed_ray_driver_resumes_with_the_same_bytes(ray_cluster, tmp_path):
     generate(*args, tmp_path / "ref", seed=2, shift_params={"delay": 0.05}, workers=2)
     out = tmp_path / "killed"
     code = (
-        f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(SRC)!r}]\n"
+        f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(SRC)!r}]\n"
         "import tiny_registry\n"
         "from shiftbench.engine.generate import generate\n"
         f"generate('_test_tiny', ['_test_modeled'], [1, 2, 3, 4, 5], {str(out)!r}, seed=2, "
@@ -152,7 +152,7 @@ def test_an_unreachable_address_fails_in_seconds_with_one_line(tmp_path):
 
 def test_the_local_engine_and_import_shiftbench_never_load_ray(tmp_path):
     code = (
-        f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(SRC)!r}]\n"
+        f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(SRC)!r}]\n"
         "import shiftbench, shiftbench.cli, tiny_registry\n"
         "from shiftbench.engine.generate import generate\n"
         f"generate('_test_tiny', ['_test_noise'], [1], {str(tmp_path / 'o')!r}, workers=2)\n"

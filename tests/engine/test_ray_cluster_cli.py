@@ -30,19 +30,12 @@ import yaml
 from shiftbench.cli import main
 from shiftbench.engine.cluster import refusal, token_auth, token_source
 from shiftbench.errors import ShiftbenchError
+from test_evaluate_ray import SPEC as RAY_SPEC
 
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 DRIVER = "import sys, tiny_registry; from shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
-SPEC = {
-    "dataset": "_test_tiny",
-    "models": [{"name": "dummy_classifier", "params": {"label_space": 2}},
-               {"name": "dummy_classifier", "params": {"label_space": 2, "seed": 1}}],
-    "shifts": ["clean", {"name": "_test_noise", "severities": [1, 4]}, {"name": "_test_modeled", "severities": [2]}],
-    "metrics": ["top1", "ece"],
-    "seed": 0,
-    "batch_size": 6,
-}
+SPEC = {key: value for key, value in RAY_SPEC.items() if key != "log_samples"}  # the local-vs-ray spec, rows only
 GENERATE = ["generate", "--dataset", "_test_tiny", "--shift", "_test_noise", "--shift", "_test_modeled",
             "--severity", "1-2", "--seed", "3"]
 
@@ -99,7 +92,7 @@ def user_env(home: Path, **more: str) -> dict[str, str]:
     """A user's shell: this environment without any RAY_* variable, a private HOME, and the tests' modules
     importable (by the driver and, through the raylets' environment, by the workers)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(HERE), str(SRC), os.environ.get("PYTHONPATH", "")]),
+    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC), os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1", **more)
     return env
 

@@ -17,7 +17,7 @@ from shiftbench.errors import StoreError
 from shiftbench.results.store import ConditionKey, Store
 
 WORKERS = 20
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 # Each writer is a fresh interpreter (never a fork of this threaded test process, whose held locks a
 # fork would inherit). They meet at a file barrier: each says it is ready, then waits for the "go" file,

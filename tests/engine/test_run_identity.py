@@ -22,8 +22,8 @@ from shiftbench.results.store import Store
 
 from e2e import row_key
 
-HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 SPEC = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
         "shifts": ["clean", {"name": "_test_noise", "severities": [1, 3]}], "metrics": ["top1"], "seed": 0,
         "batch_size": 4}
@@ -94,7 +94,7 @@ def write_folder(root: Path, n: int) -> None:
 
 
 def shiftbench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC)]), COLUMNS="200")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC)]), COLUMNS="200")
     code = "import sys\nfrom shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=300, cwd=cwd)

@@ -23,7 +23,7 @@ from shiftbench.errors import ShiftbenchError
 from test_generate import _wnid_folder, tree_bytes
 
 pytest.importorskip("pyarrow")
-HERE = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
 SHIFTS = ["gaussian_noise", "pixelate"]
 
 
@@ -118,7 +118,7 @@ def test_killed_generate_resumes_to_the_same_bytes(outputs, tmp_path):
         "def slow(job):\n    time.sleep(0.3); return orig(job)\n"
         "g._run_job = slow\n"
         "g.generate(%r, %r, [2], %r, seed=3, layout='webdataset', shard_samples=5, shard_size=2)\n"
-    ) % (str(HERE), str(HERE.parent / "src"), str(src), SHIFTS, str(target))
+    ) % (str(TESTS), str(TESTS.parent / "src"), str(src), SHIFTS, str(target))
     proc = subprocess.Popen([sys.executable, "-c", code])
     journal = target / "manifest.partial.jsonl"
     deadline = time.time() + 60

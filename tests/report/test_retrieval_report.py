@@ -10,8 +10,7 @@ import random
 import pytest
 
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
-from cir_fakes import fake_retrievers
-from test_retrieval_engine import SPEC
+from cir_fakes import SPEC, fake_retrievers
 
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.report.blocks import blocks_to_markdown, cell_text, strings_of

@@ -24,7 +24,7 @@ from shiftbench.datasets.photos import foolbox_data_dir
 from shiftbench.errors import ShiftbenchError
 from shiftbench.registry import DATASETS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ASSETS = Path(str(resources.files("shiftbench").joinpath("data/objects")))
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-SRC = HERE.parent / "src"
+TESTS = Path(__file__).resolve().parents[1]  # tests/: the shared helpers (conftest, tiny_registry, ...)
+SRC = TESTS.parent / "src"
 CODE = "import sys, tiny_registry\nfrom shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def shiftbench(cwd: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(SRC)]), COLUMNS="200", **env_extra)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC)]), COLUMNS="200", **env_extra)
     return subprocess.run([sys.executable, "-c", CODE, *args], capture_output=True, text=True, env=env,
                           timeout=300, cwd=cwd)
 
