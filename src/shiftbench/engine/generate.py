@@ -45,7 +45,7 @@ from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, w
 from ..registry import SHIFTS
 from ..seeds import check_seed
 from .spec import EngineSection
-from .kernel import shift_narrowed
+from .kernel import Condition, Loader
 
 MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
@@ -229,50 +229,29 @@ def _open_dataset(name: str, kwargs: dict[str, Any], limit: int | None):
     return _worker_cache[key]
 
 
-def _shift_items(shift: Any, job: _Job, indices: list[int], items: list[Any], records: list[dict]):
-    """Draw and apply ``shift`` to ``items``: (indices, items, outputs, params) of those that succeed; a
-    sample the shift fails on stops the run, or with ``on_error="skip"`` gets a ``{"skipped": reason}``
-    record (:func:`shift_narrowed`)."""
-    def run(xs: list[Any]) -> tuple[list, list]:
-        params = [shift.draw(x, job.severity, job.seed) for x in xs]
-        if shift.kind == "text":
-            return [shift.apply(x, p) for x, p in zip(xs, params)], params
-        return shift.apply_batch(xs, params), params
-
-    kept, outs, params, failed = shift_narrowed(run, items, job.on_error,
-                                                f"generate: shift {job.shift!r} (severity {job.severity})")
-    for pos, reason in failed:
-        records.append({"index": indices[pos], "id": items[pos].id, "shift": job.shift, "severity": job.severity,
-                        "seed": job.seed, "skipped": reason})
-    return [indices[p] for p in kept], [items[p] for p in kept], outs, params
-
-
 def _run_job(job: _Job) -> list[dict[str, Any]]:
     """Shift one chunk of samples and write their outputs; returns their manifest records."""
     import importlib
-
-    from ..errors import ImageError
 
     for module in job.modules:  # a fresh (Ray) worker registers the user's shift or dataset this way
         importlib.import_module(module)
     dataset = _open_dataset(job.dataset, job.dataset_kwargs, job.limit)
     shift = SHIFTS.create(job.shift, **job.shift_params)
-    records = []
-    indices, items = [], []
-    for i in job.indices:
-        try:
-            items.append(dataset.load(i))
-            indices.append(i)
-        except ImageError as exc:  # decodes badly although its header passed the screen
-            if job.on_error != "skip":
-                raise
-            records.append({"index": i, "id": dataset.sample_id(i), "shift": job.shift, "severity": job.severity,
-                            "seed": job.seed, "skipped": str(exc)})
+    # the run kernel's loader, as evaluation reads (same per-sample generators, the same narrowing of a
+    # failed batch); with on_error: skip a file that does not decode or a sample the shift fails on gets a
+    # {"skipped": reason} record
+    loader = Loader(dataset, job.seed, job.on_error, "cpu", (), "generate", log_skips=False)
+    read = loader.read(job.indices)
     if shift.kind != "text":
-        for x in items:
+        for x in read.samples:
             if getattr(x, "image", None) is None:
                 raise ShiftbenchError(f"shift {job.shift!r} needs images; record {x.id} has none")
-    indices, items, outs, params = _shift_items(shift, job, indices, items, records)
+    batch = loader.shift(Condition(job.shift, dict(job.shift_params), job.severity, shift), read)
+    records = [{"index": i, "id": sid, "shift": job.shift, "severity": job.severity, "seed": job.seed,
+                "skipped": reason} for i, (sid, reason) in zip(batch.skipped_indices, batch.skipped)]
+    by_index = dict(zip(read.indices, read.samples))
+    indices, outs, params = batch.indices, batch.samples, batch.params
+    items = [by_index[i] for i in indices]
     base = Path(job.out) / job.shift / str(job.severity)
     suffix = ".png" if job.fmt == "png" else ".jpg"
     for index, item, out, p in zip(indices, items, outs, params):

@@ -1,7 +1,8 @@
-"""The run kernel's first piece: what every runner of a spec shares, below the runners themselves.
+"""The run kernel: what every runner and step shares, below them all.
 
-The evaluation runner (engine/evaluate.py), the composed-retrieval runner (engine/retrieval.py) and the
-steps that follow a run (engine/quality.py, engine/analysis.py) import it; it imports none of them.
+The evaluation runner (engine/evaluate.py), the composed-retrieval runner (engine/retrieval.py), the steps
+(engine/curate.py, engine/quality.py; engine/analysis.py through ``Plan.loader``) and ``generate`` use it;
+it imports none of them.
 
 - :class:`Condition` and :class:`Plan`: one planned condition, and a run set up and checked;
   :func:`plan_conditions` lists a spec's conditions in run order.
@@ -276,12 +277,16 @@ def shift_narrowed(run: Any, items: list[Any], on_error: str,
 @dataclass
 class Batch:
     """One batch of a condition as the loader gives it: the samples kept (shifted; or clean, with their
-    params drawn and checked, when the pixels are made on the models' device: ``pixels``), and the
-    (sample id, reason) of those the shift failed on (left out with ``on_error: skip``)."""
+    params drawn and checked, when the pixels are made on the models' device: ``pixels``), their positions
+    in the dataset and their params, and the (sample id, reason) of those left out with ``on_error: skip``
+    (a file that does not decode, or a sample the shift fails on) with their positions."""
 
     samples: list[Sample]
     skipped: list[tuple[str, str]]
     pixels: DeviceBatch | None = None
+    indices: list[int] = field(default_factory=list)
+    params: list[dict[str, Any]] = field(default_factory=list)  # of the kept samples ([] for clean)
+    skipped_indices: list[int] = field(default_factory=list)
 
     def shifted(self, count: int | None = None) -> list[Sample]:
         """The first ``count`` kept samples (all by default) with their shifted images on the CPU
@@ -292,18 +297,21 @@ class Batch:
 
 class Loader:
     """Every step's batches: samples read from the run's dataset and shifted for a condition with the
-    run's seed, exactly as ``shiftbench generate`` shifts them (the same per-sample generators).
+    run's seed, exactly as ``shiftbench generate`` shifts them (the same per-sample generators; generate
+    itself reads through a Loader).
 
-    ``on_error``: a batch the shift fails on is redone sample by sample (:func:`shift_narrowed`); the run
-    stops naming the sample, or with ``"skip"`` leaves it out of this condition (``Batch.skipped``).
-    ``pixels``: the pixel mode (engine/pixels.py); when a condition's corruption runs on the models'
-    device the batch carries its clean samples and a :class:`DeviceBatch`. ``step`` names the step in a
-    failure's message (``"evaluate: shift 'fog' (severity 3) failed on sample ..."``)."""
+    ``on_error``: a file that does not decode when read is left out with ``"skip"`` (a reader's screen finds
+    most of them before any work); a batch the shift fails on is redone sample by sample
+    (:func:`shift_narrowed`): the run stops naming the sample, or with ``"skip"`` leaves it out of this
+    condition (``Batch.skipped``). ``pixels``: the pixel mode (engine/pixels.py); when a condition's
+    corruption runs on the models' device the batch carries its clean samples and a :class:`DeviceBatch`.
+    ``step`` names the step in a failure's message (``"evaluate: shift 'fog' (severity 3) failed on sample
+    ..."``); ``log_skips``: a warning per sample the shift fails on (generate says it its own way)."""
 
     def __init__(self, dataset: Any, seed: int, on_error: str = "fail", pixels: str = "auto",
-                 models: Sequence[Any] = (), step: str = "evaluate"):
+                 models: Sequence[Any] = (), step: str = "evaluate", log_skips: bool = True):
         self.dataset, self.seed, self.on_error, self.pixels = dataset, seed, on_error, pixels
-        self.models, self.step = list(models), step
+        self.models, self.step, self.log_skips = list(models), step, log_skips
 
     def n_batches(self, batch_size: int, limit: int | None = None) -> int:
         n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
@@ -321,9 +329,33 @@ class Loader:
 
     def load(self, cond: Condition, indices: Iterable[int]) -> Batch:
         """The samples at ``indices`` shifted for ``cond``."""
-        samples = [self.dataset.load(i) for i in indices]
-        if cond.shift_name == "clean":
-            return Batch(samples, [])
+        return self.shift(cond, self.read(indices))
+
+    def read(self, indices: Iterable[int]) -> Batch:
+        """The samples at ``indices`` as they are (clean); with ``on_error: skip`` a file that does not
+        decode is left out, else its one-line error stops the run."""
+        from ..errors import ImageError
+
+        out = Batch([], [])
+        for i in indices:
+            try:
+                sample = self.dataset.load(i)
+            except ImageError as exc:  # decodes badly although its header passed the reader's screen
+                if self.on_error != "skip":
+                    raise
+                out.skipped.append((str(self.dataset.sample_id(i)), str(exc)))
+                out.skipped_indices.append(i)
+                continue
+            out.samples.append(sample)
+            out.indices.append(i)
+        return out
+
+    def shift(self, cond: Condition, read: Batch) -> Batch:
+        """``read`` (a batch from :meth:`read`) shifted for ``cond``."""
+        if cond.shift_name == "clean":  # nothing drawn, nothing changed
+            return Batch(read.samples, read.skipped, None, read.indices, [{} for _ in read.samples],
+                         read.skipped_indices)
+        samples = read.samples
         shift, severity, seed = cond.shift, cond.severity, self.seed
         on_device = tensor_path(self.pixels, shift, self.models)
 
@@ -333,14 +365,17 @@ class Loader:
                 return list(xs), params
             return list(shift.apply_batch(xs, params)), params
 
-        _, out, params, failed = shift_narrowed(run, samples, self.on_error,
-                                                f"{self.step}: shift {cond.shift_name!r} (severity {severity})")
-        skipped = []
+        kept, out, params, failed = shift_narrowed(run, samples, self.on_error,
+                                                   f"{self.step}: shift {cond.shift_name!r} (severity {severity})")
+        skipped, skipped_indices = list(read.skipped), list(read.skipped_indices)
         for pos, reason in failed:
-            log.warning(f"skipped sample {samples[pos].id}: shift {cond.shift_name!r} (severity {severity}) failed: "
-                        f"{reason}")
+            if self.log_skips:
+                log.warning(f"skipped sample {samples[pos].id}: shift {cond.shift_name!r} (severity {severity}) "
+                            f"failed: {reason}")
             skipped.append((str(samples[pos].id), reason))
-        return Batch(out, skipped, DeviceBatch(shift, out, params) if on_device else None)
+            skipped_indices.append(read.indices[pos])
+        return Batch(out, skipped, DeviceBatch(shift, out, params) if on_device else None,
+                     [read.indices[p] for p in kept], params, skipped_indices)
 
 
 # -- a (model, condition) being computed -----------------------------------------------------------
