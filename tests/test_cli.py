@@ -122,3 +122,138 @@ def test_import_and_list_do_not_import_torch():
     assert "HEAVY []" in out.stdout
     imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
     assert "torch" not in imported and "diffusers" not in imported
+
+
+# -- evaluate ends with what it found (issue 27, item 3) ---------------------------------------------
+SMALL = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
+         "shifts": ["clean", {"name": "_test_noise", "severities": [1, 2]}], "batch_size": 4}
+
+
+def _evaluate(tmp_path, capsys, spec: dict, *extra: str) -> tuple[int, str]:
+    import tiny_registry  # noqa: F401  (_test_tiny, _test_noise)
+    from shiftbench.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(spec))
+    code = main(["evaluate", "--config", str(path), "--store", str(tmp_path / "r.db"), *extra])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return code, captured.out
+
+
+def test_evaluate_ends_with_the_headline_the_engine_the_resumed_work_and_the_next_commands(tmp_path, capsys):
+    from shiftbench.report import run_headline
+    from shiftbench.results.store import Store
+
+    _, out = _evaluate(tmp_path, capsys, {**SMALL, "metrics": ["top1"]})
+    with Store(tmp_path / "r.db") as store:
+        run = store.run()["run_id"]
+        rows = store.rows(run)
+    lines = out.splitlines()
+    assert lines[0] == "engine: local (this process)"
+    assert not any(line.startswith("resumed:") for line in lines)  # a fresh run
+    # the headline table: the report's own cells (report.run_headline), the clean top-1 of the rows
+    head = run_headline(tmp_path / "r.db", run)
+    assert f"headline of run {run}: top1" in out and "top1 (%)" in out and "dummy_classifier" in out
+    clean = next(r["value"] for r in rows if r["shift"] == "clean")
+    assert head["rows"][0]["cells"][0]["text"] == f"{100 * clean:.1f}"
+    for cell in head["rows"][0]["cells"]:
+        assert cell["text"] in out and (not cell["ci"] or cell["ci"] in out)
+    assert f"3 result rows of run {run} in {tmp_path / 'r.db'}" in out
+    assert f"next: shiftbench report --store {tmp_path / 'r.db'} --out r-report" in out
+    # a second call resumes everything and says so
+    _, again = _evaluate(tmp_path, capsys, {**SMALL, "metrics": ["top1"]})
+    assert "resumed: 3 of 3 conditions already done (nothing left to compute)" in again.splitlines()
+    assert again.count("dummy_classifier") == out.count("dummy_classifier")
+
+
+def test_evaluate_says_how_much_a_killed_run_had_done(tmp_path, capsys):
+    import shiftbench as sb
+    import tiny_registry  # noqa: F401
+
+    spec = {**SMALL, "metrics": ["top1"]}
+    calls = []
+
+    def stop(model, batch):  # 5 batches per condition: the 7th save is inside the second condition
+        calls.append(batch)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sb.evaluate(spec, store=tmp_path / "r.db", on_batch=stop)
+    _, out = _evaluate(tmp_path, capsys, spec)
+    assert "resumed: 1 of 3 conditions already done (the rest computed now)" in out.splitlines()
+
+
+def test_the_engine_line_names_ray_with_its_cluster_or_its_cpus():
+    from shiftbench.cli import _engine_line
+    from shiftbench.engine.spec import EngineSection
+
+    assert _engine_line(EngineSection()) == "engine: local (this process)"
+    assert _engine_line(EngineSection(pixels="cpu")) == "engine: local (this process; pixels: cpu)"
+    assert _engine_line(EngineSection("ray", address="10.0.0.1:6379", shard_size=128)) == \
+        "engine: ray (the cluster at 10.0.0.1:6379; units of 128 samples)"
+    assert _engine_line(EngineSection("ray", workers=4)) == "engine: ray (a local Ray cluster on 4 CPUs; units of 256 samples)"
+    assert _engine_line(EngineSection("ray", address="auto")).startswith("engine: ray (the running cluster Ray found")
+
+
+def test_a_spec_without_metrics_runs_each_tasks_defaults_as_if_it_listed_them(tmp_path, capsys):
+    from shiftbench.results.store import Store
+
+    _, plan = _evaluate(tmp_path, capsys, SMALL, "--dry-run")
+    assert "metrics: top1, ece (the task default: the spec lists none)" in plan
+    _, out = _evaluate(tmp_path, capsys, SMALL)  # no metrics: the classifier's top1 and ece
+    with Store(tmp_path / "r.db") as store:
+        run = store.run()
+        assert run["spec"]["metrics"] == ["top1", "ece"]
+        assert {r["metric"] for r in store.rows(run["run_id"])} == {"top1", "ece"}
+    assert "6 result rows" in out
+    # the defaults are the run's identity: the spec that lists them is the same run, resumed
+    _, listed = _evaluate(tmp_path, capsys, {**SMALL, "metrics": ["top1", "ece"]})
+    assert "resumed: 3 of 3 conditions already done" in listed and f"of run {run['run_id']}" in listed
+    # a spec that lists other metrics keeps its own identity
+    _, other = _evaluate(tmp_path, capsys, {**SMALL, "metrics": ["top1"]})
+    assert "resumed:" not in other
+
+
+def test_default_metrics_per_task_and_a_mix_of_tasks_is_refused():
+    import tiny_registry  # noqa: F401
+    from shiftbench.engine.evaluate import prepare
+    from shiftbench.errors import SpecError
+
+    objects = {"dataset": "objects", "dataset_params": {"size": 64}, "limit": 2, "shifts": ["clean"]}
+    expected = {"dummy_classifier": ["top1", "ece"], "dummy_segmenter": ["foreground_iou"], "dummy_detector": ["box_ap"],
+                "dummy_captioner": ["text_similarity"]}
+    for model, metrics in expected.items():
+        plan = prepare({**objects, "models": [model]})
+        assert plan.spec.metrics == metrics and plan.spec.raw["metrics"] == metrics, model
+        assert plan.metrics == {model: metrics}
+    with pytest.raises(SpecError, match=r"metrics: left out, and the models' tasks have different defaults "
+                                        r"\(dummy_classifier: top1, ece; dummy_detector: box_ap\)"):
+        prepare({**objects, "models": ["dummy_classifier", "dummy_detector"]})
+    with pytest.raises(SpecError, match="metrics: empty; list metric names, or leave metrics out"):
+        prepare({**objects, "models": ["dummy_classifier"], "metrics": []})
+
+
+# -- errors name the settings as the user gives them (issue 27, item 6) ------------------------------
+def test_a_bad_image_names_the_cli_flag_on_the_command_line_and_the_keyword_in_python(tmp_path, capsys):
+    import shiftbench as sb
+    from shiftbench.cli import main
+    from shiftbench.datasets.common import BadImagesError
+
+    for c in ("cat", "dog"):
+        (tmp_path / "data" / c).mkdir(parents=True)
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "data" / "cat" / "a.png")
+    (tmp_path / "data" / "dog" / "broken.png").write_bytes(b"not an image")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(f"dataset: {tmp_path / 'data'}\nmodels: [{{name: dummy_classifier, params: {{label_space: [cat, dog]}}}}]\n"
+                    "shifts: [clean]\n")
+    assert main(["evaluate", "--config", str(spec), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "(pass --on-error skip to leave them out and report them)" in err and "on_error=" not in err
+    with pytest.raises(BadImagesError) as caught:
+        sb.load_dataset(str(tmp_path / "data"))
+    assert str(caught.value).endswith("(pass on_error='skip' to leave them out and report them)")
+    assert "--on-error" not in str(caught.value)

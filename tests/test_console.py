@@ -58,7 +58,7 @@ def test_cli_output_to_a_file_has_progress_lines_and_no_hub_bars(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert lines[-1] == "HF 1"
     assert lines[-2].startswith("evaluate: 60/60 images (100.0%), ")
-    assert done.stdout.strip() == "3 result rows in r.db"
+    assert "3 result rows of run " in done.stdout and "engine: local (this process)" in done.stdout  # the run's summary
 
 
 def test_a_table_too_wide_for_the_terminal_prints_as_records():

@@ -225,3 +225,26 @@ def test_zero_shot_models_adopt_the_dataset_space_on_a_copy():
     assert (model.label_space, model.templates, model._class_features) == before  # caller's object untouched
     same = plan_labels(model, _Data(LabelSpace.imagenet1k()))
     assert same.model is model and same.to_model is None
+
+
+def test_a_tsv_label_map_takes_output_indices_as_the_yaml_form_does(tmp_path, caplog):
+    """A TSV file has no types: digits that name no class of the model are its output index, as a YAML int is;
+    digits that are also a class id stay the id (as before) and a warning names the other reading."""
+    from shiftbench.spec import load_spec
+
+    base = {"dataset": "objects", "models": ["dummy_classifier"], "shifts": ["clean"], "metrics": ["top1"]}
+    (tmp_path / "map.tsv").write_text("a\t0\nb\tzebra\nc\t999\n")
+    tsv = load_spec(dict(base, label_map=str(tmp_path / "map.tsv"))).label_map
+    yml = load_spec(dict(base, label_map={"a": 0, "b": "zebra", "c": 999})).label_map
+    inet, data = LabelSpace.imagenet1k(), LabelSpace.custom(["a", "b", "c"])
+    assert map_spaces(data, inet, tsv) == map_spaces(data, inet, yml) == [0, 340, 999]
+    with pytest.raises(ShiftbenchError, match="'c' -> '1000': '1000' is not a class of the model"):
+        map_spaces(data, inet, {**tsv, "c": "1000"})  # out of range is still refused, naming the entry
+    # COCO-80: "17" is the category id of 'cat' (slot 15) and also output index 17: the id, as before, said once
+    c80, one = LabelSpace.coco80(), LabelSpace.custom(["x"])
+    with caplog.at_level("WARNING", logger="shiftbench"):
+        assert map_spaces(one, c80, {"x": "17"}) == [c80.index("cat")]
+    assert [r.getMessage() for r in caplog.records] == [
+        "label_map: 'x' -> '17' is read as the model class with id '17' (slot 15, 'cat'), not as output index 17 "
+        f"({c80.class_names[17]!r}); write the index as a YAML/JSON number, or the class name, to say which"]
+    assert map_spaces(one, c80, {"x": 17}) == [17]  # the YAML/JSON number is the index

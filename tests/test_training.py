@@ -62,7 +62,7 @@ def _epochs(dataset, num_workers, persistent=False, shuffle=False, epochs=(0, 1)
         got = {}
         for batch in loader:
             for image, index, record in zip(batch["image"], batch["index"].tolist(), batch["record"]):
-                got[index] = (image.numpy().tobytes(), json.loads(record))
+                got[index] = (image.numpy().tobytes(), record)  # a dict, kept whole by collate
         seen[epoch] = got
     return seen
 
@@ -366,3 +366,20 @@ def test_the_docs_examples_run():
     code = "\n".join(f"exec({b!r}, {{'__name__': '__main__'}})" for b in blocks)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_return_record_gives_the_record_dict_that_replays_the_item(objects, samples):
+    """``return_record=True`` gives the record itself (a dict, as docs/training.md says), not a JSON string: the same
+    one ``output="samples"`` gives, plain JSON, replayable, kept whole per item by ``collate``."""
+    policy = ShiftPolicy(MIXED, p=1.0)
+    tensors = ShiftDataset(objects, policy, task="segmentation", seed=5, output="uint8", return_record=True)
+    pairs = ShiftDataset(objects, policy, task="segmentation", seed=5, output="samples", return_record=True)
+    for i in (0, 3):
+        item = tensors[i]
+        shifted, record = pairs[i]
+        assert isinstance(item["record"], dict) and item["record"] == record
+        assert json.loads(json.dumps(item["record"])) == record
+        replayed = policy.replay(samples[i], item["record"]).image
+        assert np.array_equal(replayed, item["image"].permute(1, 2, 0).numpy()) and np.array_equal(replayed, shifted.image)
+    batch = collate([tensors[0], tensors[1]])
+    assert batch["record"] == [tensors[0]["record"], tensors[1]["record"]]

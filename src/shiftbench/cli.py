@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .console import print_table
+from .console import plural, print_table
 from .engine import DEFAULT_SHARD
 from .errors import ShiftbenchError
 from .seeds import parse_seed
@@ -154,7 +154,8 @@ def env_cmd(as_json: bool) -> None:
               help="Unreadable images: fail (default) or skip them (logged, recorded in the store as skipped.json). "
                    "Overrides the spec's on_error.")
 @click.option("--new-run", is_flag=True,
-              help="Start a new run when the spec's run exists with other inputs (weights, data, ids, version).")
+              help="Start a new run when the spec's run exists with other inputs (weights, data, ids, version); "
+                   "unchanged inputs resume their run (said in one line), --run-id NAME makes a separate one.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default=None,
               help="local: this process (default); ray: (condition, shard) units on Ray actors holding the models. "
                    "Overrides the spec's engine; the rows are the same either way.")
@@ -181,10 +182,72 @@ def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_r
         return
     from .engine.evaluate import evaluate
 
-    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run)
+    opened: list[Any] = []  # the run as evaluate found it in the store (engine.evaluate.RunStart)
+    rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run, on_start=opened.append)
     if results_json:
         _write_json_atomic(Path(results_json), rows)
-    _console().print(f"{len(rows)} result rows in {store}" + (f" and {results_json}" if results_json else ""), soft_wrap=True, markup=False)
+    _print_found(spec, store, rows, opened[0] if opened else None, results_json)
+
+
+def _print_found(spec, store: str, rows: list[dict[str, Any]], opened: Any, results_json: str | None) -> None:
+    """What a finished run found, as its last lines: the engine used, the resumed work, the run's headline (the
+    report's own, from the store), where the rows are and the commands that go further."""
+    import shlex
+
+    console = _console()
+
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True, markup=False)
+
+    say(_engine_line(spec.engine))
+    run_id = opened.run_id if opened is not None else (rows[0]["run_id"] if rows else None)
+    if opened is not None and opened.resumed:
+        left = "nothing left to compute" if opened.done >= opened.planned else "the rest computed now"
+        say(f"resumed: {opened.done} of {plural(opened.planned, 'condition')} already done ({left})"
+            + (f"; --new-run: the inputs equal those of run {run_id}, so it was resumed rather than computed again "
+               "(--run-id NAME starts a separate run)" if opened.same_inputs else ""))
+    _print_headline(console, store, run_id)
+    say(f"{plural(len(rows), 'result row')} of run {run_id} in {store}" + (f" and {results_json}" if results_json else ""))
+    from .results.store import Store
+
+    with Store(store, create=False) as db:
+        several = len(db.runs()) > 1
+    quoted = shlex.quote(str(store))
+    pick = f" --run-id {shlex.quote(str(run_id))}" if several and run_id else ""
+    say(f"next: shiftbench report --store {quoted}{pick} --out {shlex.quote(Path(store).stem + '-report')}"
+        "   (every table and severity curve, 95% CIs, sample grids, provenance: report.html)")
+    say(f"      from Python: shiftbench.results.store.Store({str(store)!r}).rows({run_id!r})   (the rows as dicts)")
+
+
+def _engine_line(engine) -> str:
+    """``engine: local (this process)``, or ray with the cluster it joined or the local one it started."""
+    pixels = f"; pixels: {engine.pixels}" if engine.pixels else ""
+    if not engine.ray:
+        return f"engine: local (this process{pixels})"
+    import os
+
+    if engine.address == "auto":
+        where = "the running cluster Ray found (address auto)"
+    elif engine.address:
+        where = f"the cluster at {engine.address}"
+    else:
+        where = f"a local Ray cluster on {plural(engine.workers or os.cpu_count() or 1, 'CPU')}"
+    return f"engine: ray ({where}; units of {engine.shard_size or DEFAULT_SHARD} samples{pixels})"
+
+
+def _print_headline(console, store: str, run_id: str | None) -> None:
+    """The run's headline, computed from the store as the report computes it (report.run_headline)."""
+    from .report import run_headline
+    from .report.terminal import print_headline
+
+    try:
+        head = run_headline(store, run_id)
+    except Exception as exc:  # noqa: BLE001 - the run is done and stored: a summary that fails must not hide that
+        logging.getLogger("shiftbench").warning(f"the run's headline could not be computed ({type(exc).__name__}: "
+                                                f"{one_line(str(exc))}); `shiftbench report` shows the results")
+        return
+    if head is not None:
+        print_headline(console, head, f"headline of run {run_id}: {head['metric']}")
 
 
 def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
@@ -206,13 +269,18 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
     where = "new store"
     path = Path(store)
     if path.is_file() and path.stat().st_size > 0:  # would the run resume, start, or stop on changed inputs?
+        from .results.store import spec_hash
+
+        raw = plan.spec.raw  # with the metrics a spec without them takes from its task
         with Store(path, create=False) as db:
-            rid, exists = db.resolve_run(spec.raw, plan.identity(), run_id=run_id, new_run=new_run)
+            rid, exists = db.resolve_run(raw, plan.identity(), run_id=run_id, new_run=new_run)
         where = f"{'resumes' if exists else 'starts'} run {rid}"
-    _print_plan(plan, f"{store} ({where})")
+        if exists and new_run and run_id is None and rid == f"run-{spec_hash(raw)[:12]}":
+            where += "; --new-run: the inputs equal that run's, so it is resumed rather than computed again"
+    _print_plan(plan, f"{store} ({where})", defaults=not spec.metrics)
 
 
-def _print_plan(plan, store: str) -> None:
+def _print_plan(plan, store: str, defaults: bool = False) -> None:
     from rich.table import Table
 
     spec = plan.spec
@@ -235,7 +303,8 @@ def _print_plan(plan, store: str) -> None:
         say("  skipped: " + (": ".join(str(x) for x in item) if isinstance(item, (tuple, list)) else str(item)))
     for label, model in plan.models.items():
         say(f"model: {label} ({getattr(model, 'task', '?')}) loaded")
-    say(f"metrics: {', '.join(spec.metrics)}   seed: {spec.seed}   store: {store}")
+    say(f"metrics: {', '.join(spec.metrics)}{' (the task default: the spec lists none)' if defaults else ''}   "
+        f"seed: {spec.seed}   store: {store}")
     if plan.conditions and spec.on_error == "fail":  # what prepare asked of the data (engine/evaluate.py)
         say(f"checked: every shift's params drawn on the first batch ({min(spec.batch_size, plan.samples)} "
             "samples) of every condition")
@@ -269,25 +338,39 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               default="folder", show_default=True,
               help="Output layout: folder (the mirrored tree), webdataset (tar shards) or parquet, each with the "
                    "manifest; png / jpeg (kept for older commands) mean folder with that --image-format.")
-@click.option("--image-format", "fmt", type=click.Choice(["png", "jpeg"]), default=None,
-              help="Image encoding [default: png]; JPEG is lossy and recorded in the manifest.")
+@click.option("--image-format", "fmt", type=click.Choice(["png", "jpeg", "webp"]), default=None,
+              help="Image encoding [default: png; jpeg with --protocol imagenet-c]; JPEG and WebP are lossy, "
+                   "recorded in the manifest.")
 @click.option("--shard-samples", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Samples per webdataset / parquet shard.")
-@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=95, show_default=True)
+@click.option("--quality", type=click.IntRange(1, 100), default=None,
+              help="Quality of a JPEG or WebP encoding [default: 95; 85 with --protocol imagenet-c].")
+@click.option("--jpeg-quality", type=click.IntRange(1, 100), default=None, hidden=True,
+              help="The older name of --quality.")
+@click.option("--protocol", type=click.Choice(["imagenet-c"]), default=None,
+              help="A published procedure: imagenet-c resizes the shorter side to 256 (bilinear), centre-crops 224, "
+                   "shifts, and saves JPEG quality 85 (optimize) to <shift>/<severity>/<class>/<file name>.")
+@click.option("--resize", type=click.IntRange(min=1), default=None,
+              help="Resize the shorter side to this many pixels before the shift (Pillow).")
+@click.option("--crop", default=None, help="Centre crop after the resize: SIZE or HEIGHT,WIDTH.")
+@click.option("--interpolation", type=click.Choice(["bilinear", "bicubic", "nearest", "area", "lanczos"]),
+              default=None, help="The resize's filter [default: bilinear]; masks always take nearest.")
 @click.option("--param", "params", multiple=True, help="Shift parameter KEY=VALUE (YAML value), repeatable.")
 @click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
               help="Unreadable images or a sample the shift fails on: stop, naming it, or skip it (logged, "
                    "recorded in the manifest).")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this machine (--workers processes); ray: Ray tasks per shard, model shifts on actors "
-                   "(pip install 'shiftbench[ray]').")
+                   "(needs Ray, the ray extra: docs/scale.md).")
 @click.option("--address", default=None,
               help="Ray cluster to join (HOST:PORT of its head); default: start a local one on --workers CPUs.")
 @click.option("--shard-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sample indices per work unit (the outputs do not depend on it).")
 def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
-                 limit: int | None, layout: str, fmt: str | None, shard_samples: int, jpeg_quality: int,
-                 params: tuple[str, ...], on_error: str, engine: str, address: str | None, shard_size: int) -> None:
+                 limit: int | None, layout: str, fmt: str | None, shard_samples: int, quality: int | None,
+                 jpeg_quality: int | None, protocol: str | None, resize: int | None, crop: str | None,
+                 interpolation: str | None, params: tuple[str, ...], on_error: str, engine: str, address: str | None,
+                 shard_size: int) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
     from .engine.generate import generate, parse_severities, resolve_shifts
 
@@ -295,14 +378,29 @@ def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str,
         if fmt is not None and fmt != layout:
             raise ShiftbenchError(f"--format {layout} and --image-format {fmt} disagree; give one of them")
         layout, fmt = "folder", layout
+    if quality is not None and jpeg_quality is not None and quality != jpeg_quality:
+        raise ShiftbenchError(f"--quality {quality} and --jpeg-quality {jpeg_quality} disagree; give --quality only")
     names = resolve_shifts(shifts)
     shift_params = _parse_params(params)
     summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
-                       fmt=fmt or "png", layout=layout, shard_samples=shard_samples, jpeg_quality=jpeg_quality, shift_params=shift_params, progress=True,
-                       on_error=on_error, engine=engine, address=address, shard_size=shard_size)
+                       image_format=fmt, layout=layout, shard_samples=shard_samples,
+                       quality=quality if quality is not None else jpeg_quality, shift_params=shift_params,
+                       progress=True, on_error=on_error, engine=engine, address=address, shard_size=shard_size,
+                       protocol=protocol, resize=resize, crop=_parse_crop(crop), interpolation=interpolation,
+                       announce=lambda line: _console().print(line, soft_wrap=True, markup=False))
     unreadable = (f", {summary['unreadable']} unreadable or failed sample(s) skipped (see the manifest)"
                   if summary["unreadable"] else "")
     _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}", soft_wrap=True, markup=False)
+
+
+def _parse_crop(text: str | None) -> int | list[int] | None:
+    """``--crop 224`` or ``--crop 224,192`` (height, width)."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
+    if len(parts) in (1, 2) and all(p.isdigit() and int(p) > 0 for p in parts):
+        return int(parts[0]) if len(parts) == 1 else [int(p) for p in parts]
+    raise ShiftbenchError(f"--crop {text!r}: expected SIZE or HEIGHT,WIDTH (positive integers)")
 
 
 def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
@@ -400,8 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
-    except ShiftbenchError as exc:
-        click.echo(f"error: {one_line(str(exc))}", err=True)
+    except ShiftbenchError as exc:  # the settings it names said as this command's flags (errors.Option)
+        click.echo(f"error: {one_line(exc.render(cli=True))}", err=True)
         return 2
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)

@@ -312,7 +312,7 @@ def _apply_label_map(dataset: LabelSpace, model: LabelSpace, label_map: Mapping[
         if d is None:
             raise ShiftbenchError(f"{where}: {key!r} is not a class of the dataset's label space {dataset.describe()}"
                                   f"{suggest_class(key, dataset)}")
-        m = model.resolve(value)
+        m = _model_slot(model, value, key, where)
         if m is None:
             raise ShiftbenchError(f"{where}: {key!r} -> {value!r}: {value!r} is not a class of the model's label "
                                   f"space {model.describe()}{suggest_class(value, model)}")
@@ -326,6 +326,27 @@ def _apply_label_map(dataset: LabelSpace, model: LabelSpace, label_map: Mapping[
         raise ShiftbenchError(f"{where}: no entry for {len(missing)} dataset classes (first: "
                               f"{', '.join(repr(m) for m in missing[:5])})")
     return out
+
+
+def _model_slot(model: LabelSpace, value: Any, key: Any, where: str) -> int | None:
+    """The model slot a label_map entry names: a class name or id, or an output index. An index comes as an int
+    from YAML/JSON and as digits from a TSV file (which has no types): digits that are no class name or id of the
+    model are the output index, as the YAML int would be. Digits that are both (a COCO category id, a Cityscapes
+    label id) stay the id, as before, and a warning names the other reading."""
+    m = model.resolve(value)
+    if not (isinstance(value, str) and value.isascii() and value.isdigit()):
+        return m
+    index = model.resolve(int(value))
+    if m is None:
+        return index
+    if index is not None and index != m:
+        import logging
+
+        logging.getLogger("shiftbench").warning(
+            f"{where}: {key!r} -> {value!r} is read as the model class with id {value!r} (slot {m}, "
+            f"{model.class_names[m]!r}), not as output index {value} ({model.class_names[index]!r}); write the index "
+            "as a YAML/JSON number, or the class name, to say which")
+    return m
 
 
 def suggest_class(word: Any, space: LabelSpace) -> str:

@@ -6,9 +6,9 @@ names so that ``from shiftbench.spec import load_spec`` keeps working. Nothing i
 
 from __future__ import annotations
 
-from .engine.spec import (AnalysisSection, CurateSection, EngineSection, ModelSpec, PlannedCondition, QualitySection,
-                          ShiftSpec, Spec, load_spec)
+from .engine.spec import (AnalysisSection, CurateSection, EngineSection, ModelSpec, PlannedCondition,
+                          PreprocessSection, QualitySection, ShiftSpec, Spec, load_spec)
 from .errors import SpecError
 
 __all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "QualitySection", "CurateSection",
-           "AnalysisSection", "load_spec", "SpecError"]
+           "AnalysisSection", "PreprocessSection", "load_spec", "SpecError"]

@@ -135,6 +135,10 @@ CASES = [
          extra={"read_back": {"folder": "clean/0", "labels": [[1, "a\nb"], [0, "  c"]]}}),
     Case("imagefolder-unreadable-image", _image_folder_with_broken_file, GENERATE, 2,
          "dog/broken.png (not a readable image", "an unreadable image is named, on one line", "traceback", REFUSED),
+    Case("imagefolder-unreadable-image-names-the-flag", _image_folder_with_broken_file, GENERATE, 2,
+         "corrupt format)) (pass --on-error skip to leave them out and report them)",
+         "the way out was said as Python's on_error='skip' to command-line users; the CLI names its flag",
+         "hint", REFUSED),
     Case("voc-class-map-value-outside-palette", _voc(57), GENERATE, 2,
          "label map holds value 57, not a VOC class (0..20) nor void (255)",
          "a class-map value outside the 21 VOC classes was read as a label", "numbers", REFUSED),
@@ -152,6 +156,7 @@ KINDS = {
     "webdataset-damaged-header": "numbers",
     "webdataset-class-name-with-line-break": "numbers",
     "imagefolder-unreadable-image": "traceback",
+    "imagefolder-unreadable-image-names-the-flag": "hint",
     "voc-class-map-value-outside-palette": "numbers",
     "cirr-img-set-not-an-object": "traceback",
 }

@@ -212,7 +212,8 @@ def test_cli_on_ray_is_quiet_resolves_relative_paths_and_a_failure_is_one_line(r
     done = cli("evaluate", "--config", "spec.yaml", "--store", "r.db", "--engine", "ray", "--address",
                ray_cluster["address"], "--results-json", "rows.json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "16 result rows in r.db" in done.stdout
+    assert "16 result rows of run " in done.stdout and " in r.db and rows.json" in done.stdout
+    assert "engine: ray (the cluster at " in done.stdout  # the summary names the engine and the cluster it used
     # nothing from Ray (its logs stay out unless SHIFTBENCH_RAY_VERBOSE=1): only shiftbench's own progress
     # lines (output is not a terminal here)
     noise = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("evaluate: ")]

@@ -269,9 +269,23 @@ def test_changed_retriever_weights_stop_the_resume(tmp_path, retrievers):
     weights.write_bytes(b"retrained")
     changed = copy.copy(retrievers["image_only"])
     changed.weight_files = lambda: [str(weights)]
-    with pytest.raises(ShiftbenchError, match=r"model 'image_only' weights changed .*pass --new-run"):
+    with pytest.raises(ShiftbenchError, match=r"model 'image_only' weights changed .*pass new_run=True"):
         evaluate(small, store=db, models={**retrievers, "image_only": changed})
     fresh = evaluate(small, store=db, models={**retrievers, "image_only": changed}, new_run=True)
     assert {r["run_id"] for r in fresh} != {r["run_id"] for r in first}
     with Store(db) as store:
         assert store.run(fresh[0]["run_id"])["identity"]["dataset"]["samples"] > 10  # queries + gallery ids
+
+
+def test_a_retrieval_spec_without_metrics_takes_the_tasks_and_one_retriever_is_one(tmp_path, retrievers, capsys):
+    """Left out, metrics are the retrieval task's (recall, recall_subset, rank), recorded in the run's spec; the
+    progress line counts retrievers in words ("1 retriever", not "1 retrievers")."""
+    small = {k: v for k, v in SPEC.items() if k != "metrics"} | {"models": ["image_only"], "shifts": ["clean"],
+                                                                  "limit": 10}
+    rows = evaluate(small, store=tmp_path / "r.db", models=retrievers, progress=True)
+    assert "clean s0: 1 retriever in " in capsys.readouterr().out
+    with Store(tmp_path / "r.db") as store:
+        assert store.run()["spec"]["metrics"] == ["recall", "recall_subset", "rank"]
+    listed = evaluate({**small, "metrics": ["recall", "recall_subset", "rank"]}, store=tmp_path / "r.db",
+                      models=retrievers)
+    assert listed == rows and {"R@10", "R_subset@1", "mean_rank"} <= {r["metric"] for r in rows}

@@ -54,7 +54,7 @@ def test_changed_weights_stop_the_resume_and_new_run_starts_another(tmp_path):
         sb.evaluate(SPEC, store=db, models={"dummy_classifier": weighted_model(weights)})
     run = first[0]["run_id"]
     assert str(err.value) == (f"run {run}: model 'dummy_classifier' weights changed (sha256 {old[:8]}… → "
-                              f"{new[:8]}…); pass --new-run (new_run=True) to start a new run")
+                              f"{new[:8]}…); pass new_run=True to start a new run")  # the CLI says --new-run
     second = sb.evaluate(SPEC, store=db, models={"dummy_classifier": weighted_model(weights)}, new_run=True)
     assert second[0]["run_id"] != run and row_key(second) == row_key(first)  # the dummy ignores its weights
     # the same changed inputs later resume that new run, with or without the flag
@@ -74,7 +74,7 @@ def test_changed_ids_file_and_version_stop_the_resume(tmp_path, monkeypatch):
     db = tmp_path / "r.db"
     sb.evaluate(spec, store=db)
     ids.write_text("img000\nimg001\nimg003\n")
-    with pytest.raises(StoreError, match=r"ids file '.*ids\.txt' changed \(sha256 .*\); pass --new-run"):
+    with pytest.raises(StoreError, match=r"ids file '.*ids\.txt' changed \(sha256 .*\); pass new_run=True"):
         sb.evaluate(spec, store=db)
     ids.write_text("img000\nimg001\nimg002\n")  # back to the original content: the run resumes
     sb.evaluate(spec, store=db)
@@ -116,7 +116,8 @@ def test_changed_dataset_folder_cli_dry_run_and_new_run(tmp_path):
     assert real.returncode == 2 and dry.returncode == 2
     line = real.stderr.strip()
     assert len(line.splitlines()) == 1 and line == dry.stderr.strip()
-    assert "dataset" in line and "6 files" in line and "8 files" in line and "pass --new-run" in line
+    assert "dataset" in line and "6 files" in line and "8 files" in line and "pass --new-run to start" in line
+    assert "new_run=True" not in line  # the CLI names its flag, not Python's keyword
     fresh = shiftbench(tmp_path, *args, "--new-run", "--results-json", str(tmp_path / "rows.json"))
     assert fresh.returncode == 0, fresh.stderr
     rows = json.loads((tmp_path / "rows.json").read_text())
@@ -208,3 +209,57 @@ def test_a_failed_run_removes_only_a_store_it_created_without_results(tmp_path):
         sb.evaluate(SPEC, store=kept, on_batch=boom)
     with Store(kept) as store:  # an existing store is never deleted, its earlier run intact
         assert len(store.rows()) == 3 and len(store.runs()) == 2
+
+
+def test_new_run_with_unchanged_inputs_resumes_their_run_and_says_so(tmp_path, caplog):
+    """``new_run`` asks for a new run when the inputs changed; with the same inputs it resumes their run (never the
+    same numbers computed twice), says so in one line, and the reverse order (a run made with new_run, then the
+    plain call) resumes it too."""
+    from shiftbench.engine.evaluate import evaluate
+
+    db = tmp_path / "r.db"
+    first = sb.evaluate(SPEC, store=db)
+    seen = []
+    again = evaluate(SPEC, store=db, new_run=True, on_start=seen.append)
+    assert {r["run_id"] for r in again} == {first[0]["run_id"]} and row_key(again) == row_key(first)
+    start = seen[0]
+    assert (start.run_id, start.resumed, start.same_inputs, start.done, start.planned) == (first[0]["run_id"], True,
+                                                                                            True, 3, 3)
+    with caplog.at_level("WARNING", logger="shiftbench"):  # without on_start, the notice is a log line
+        sb.evaluate(SPEC, store=db, new_run=True)
+    notes = [r.getMessage() for r in caplog.records if "inputs equal those of run" in r.getMessage()]
+    assert notes == [f"new_run=True: the inputs equal those of run {first[0]['run_id']}, which is resumed rather "
+                     "than computed again (give run_id= for a separate run)"]
+    with Store(db) as store:
+        assert [r["run_id"] for r in store.runs()] == [first[0]["run_id"]]
+    # a run started with new_run in a fresh store: the plain call resumes it rather than starting a twin
+    other = tmp_path / "o.db"
+    keyed = sb.evaluate(SPEC, store=other, new_run=True)
+    plain = []
+    evaluate(SPEC, store=other, on_start=plain.append)
+    assert plain[0].run_id == keyed[0]["run_id"] and plain[0].resumed and not plain[0].same_inputs
+    with Store(other) as store:
+        assert len(store.runs()) == 1
+    # an explicit run id is still a separate run
+    separate = sb.evaluate(SPEC, store=db, new_run=True, run_id="copy")
+    assert {r["run_id"] for r in separate} == {"copy"}
+
+
+def test_cli_new_run_with_unchanged_inputs_names_the_run_it_resumed(tmp_path, capsys):
+    from shiftbench.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps(SPEC))
+    args = ["evaluate", "--config", str(spec), "--store", str(tmp_path / "r.db")]
+    assert main(args) == 0
+    with Store(tmp_path / "r.db") as store:
+        run = store.run()["run_id"]
+    capsys.readouterr()
+    assert main(args + ["--new-run", "--dry-run"]) == 0
+    assert f"resumes run {run}; --new-run: the inputs equal that run's" in capsys.readouterr().out
+    assert main(args + ["--new-run"]) == 0
+    out = capsys.readouterr().out
+    assert (f"resumed: 3 of 3 conditions already done (nothing left to compute); --new-run: the inputs equal those "
+            f"of run {run}, so it was resumed rather than computed again (--run-id NAME starts a separate run)") in out
+    with Store(tmp_path / "r.db") as store:
+        assert len(store.runs()) == 1

@@ -68,7 +68,7 @@ def test_clean_added_when_missing_and_bare_names_take_all_severities():
         (("seed: 4", "seed: four"), r"spec.yaml: seed: expected an integer 0 <= seed < 2\*\*63, got 'four' \(str\)"),
         (("severities: [3, 4, 5]", "severities: [a]"), r"severities: expected an int"),
         (("{name: _test_noise, severities: 1-2}", "{name: _test_noise, params: {sigma: 3}}"), r"shifts\[2\]\.params: shift ._test_noise. takes no parameters"),
-        (("metrics: [_test_top1]", "metrics: []"), r"metrics: missing"),
+        (("metrics: [_test_top1]", "metrics: []"), r"metrics: empty; list metric names, or leave metrics out"),
     ],
 )
 def test_errors_point_at_the_bad_key(tmp_path, change, message):
@@ -93,3 +93,31 @@ def test_raw_is_stable_for_the_same_spec(tmp_path):
     a = load_spec(write(tmp_path, BASE)).raw
     b = load_spec(write(tmp_path, BASE)).raw
     assert a == b and a["seed"] == 4
+
+
+def test_a_bare_background_shift_runs_its_published_severity_and_listed_severities_keep_their_identity():
+    """docs/background.md: a background shift's default severity is 5 (full replacement, ObjectCompose's setting); a
+    bare name in a spec runs that one, while a corruption's bare name runs 1-5 (ImageNet-C). A spec that lists
+    severities is the same run as before."""
+    base = {"dataset": "_test_tiny", "models": "_test_model", "metrics": ["_test_top1"]}
+    bare = load_spec({**base, "shifts": ["background_color", "gaussian_noise", "object_only", "background_only"]})
+    planned = {(c.shift, c.severity) for c in bare.conditions()}
+    assert {s for name, s in planned if name == "background_color"} == {5}
+    assert {s for name, s in planned if name == "object_only"} == {5}
+    assert {s for name, s in planned if name == "background_only"} == {1}
+    assert {s for name, s in planned if name == "gaussian_noise"} == {1, 2, 3, 4, 5}
+    from shiftbench.registry import SHIFTS
+
+    assert SHIFTS.create("background_color").check_severity(None) == 5  # the shift's own default: the same one
+    listed = load_spec({**base, "shifts": [{"name": "background_color", "severities": "1-5"}]})
+    assert [c.severity for c in listed.conditions() if c.shift == "background_color"] == [1, 2, 3, 4, 5]
+    assert listed.raw["shifts"][1] == {"name": "background_color", "severities": [1, 2, 3, 4, 5], "params": {}}
+    five = load_spec({**base, "shifts": [{"name": "background_color", "severity": 5}]})
+    assert five.raw == load_spec({**base, "shifts": ["background_color"]}).raw  # the bare name is that run
+
+
+def test_metrics_may_be_left_out_for_the_tasks_defaults():
+    spec = load_spec({"dataset": "_test_tiny", "models": "_test_model", "shifts": ["clean"]})
+    assert spec.metrics == [] and spec.raw["metrics"] == []  # chosen when the models are loaded (engine/evaluate.py)
+    with pytest.raises(SpecError, match=r"models: missing \(required: dataset, models, shifts\)"):
+        load_spec({"dataset": "_test_tiny", "shifts": ["clean"]})

@@ -42,6 +42,19 @@ def _rows():
     return rows
 
 
+def _all_twelve(rows, model="a", value=0.75):
+    """``rows`` with every attribute edit of the paper at severity 5 for ``model`` (those it lacks)."""
+    from shiftbench.report import pascal_ea as pe
+
+    have = {(r["model"], pe.attribute_value(r["shift"], r["params"])) for r in rows if r["severity"] == 5}
+    out = list(rows)
+    for family, v in pe.ATTRIBUTE_COLUMNS:
+        if (model, v) not in have:
+            out.append({"model": model, "shift": f"attribute_{family}", "params": {family: v}, "severity": 5,
+                        "metric": "miou", "value": value, "n": 8})
+    return out
+
+
 def _texts(block):
     return [[c if isinstance(c, str) else c["text"] for c in row] for row in block["rows"]]
 
@@ -76,8 +89,10 @@ def test_blocks_one_sign_convention_n_per_cell_and_no_markdown():
     assert [h for h in headings if "severity" in h] == ["miou change against clean (shifted − clean, points), severity 5",
                                                         "miou change against clean (shifted − clean, points), severity 1"]
     assert tables[0]["head"] == ["model", "clean miou", "paper (material)", "sketch (style)", "mean change"]
-    assert _texts(tables[0]) == [["a", "80.0", "-30.0", "-50.0", "-40.0"], ["b", "60.0", "–", "-10.0", "-10.0"],
-                                 ["paper (mean of 11 models)", "–", "-31.2", "-56.5", "-43.9"]]
+    # two of the paper's 12 edits: no paper row, and one line says why
+    assert _texts(tables[0]) == [["a", "80.0", "-30.0", "-50.0", "-40.0"], ["b", "60.0", "–", "-10.0", "-10.0"]]
+    assert ("No comparison with Pascal-EA Table 1 (mIoU change, mean of 11 segmentation models): it has 2 of the "
+            "paper's 12 attribute edits (missing violet, pink,") in " ".join(_visible(blocks))
     assert _texts(tables[1])[0] == ["a", "80.0", "-15.0", "-25.0", "-20.0"]
     b_sketch = tables[0]["rows"][1][3]
     assert b_sketch["title"].startswith("n = 7") and "50.0 under sketch, 60.0 clean" in b_sketch["title"]
@@ -260,10 +275,15 @@ def test_paper_row_equals_the_constants_and_our_rows_stay():
         family = next(f for f, v in pe.ATTRIBUTE_COLUMNS if v == value)
         rows.append({"model": "a", "shift": f"attribute_{family}", "params": {family: value}, "severity": 5,
                      "metric": "miou", "value": 0.75, "n": 8})
+    six = next(b for b in pascal_blocks(rows) if b["kind"] == "table")
+    assert pe.PAPER_ROW not in [r[0] for r in _texts(six)]  # 6 of the 12 edits: not the paper's protocol
+    assert "6 of the paper's 12 attribute edits" in pe.paper_protocol(table1(rows))[0]
+    rows = _all_twelve(rows)  # the paper's whole attribute set, mIoU: its row comes
+    assert pe.paper_protocol(table1(rows)) == []
     blocks = pascal_blocks(rows)
     table = next(b for b in blocks if b["kind"] == "table")
     columns = [h.split(" (")[0] for h in table["head"][2:-1]]
-    assert columns == ["violet", "wood", "paper", "dotted", "snowy", "sketch"]
+    assert columns == [v for _, v in pe.ATTRIBUTE_COLUMNS]
     paper = _texts(table)[-1]
     assert paper[0] == pe.PAPER_ROW and paper[2:-1] == [f"{pe.PAPER_TABLE1[c]:+.1f}" for c in columns]
     assert paper[-1] == f"{sum(pe.PAPER_TABLE1[c] for c in columns) / len(columns):+.1f}"
@@ -282,22 +302,25 @@ def test_which_families_hurt_most_is_computed_for_ours_and_the_paper(monkeypatch
 
     assert pe.family_drops(pe.PAPER_TABLE1)["material"] == pytest.approx((-19.7 - 19.5 - 18.7 - 31.2) / 4)
     assert pe.hurt_most(pe.PAPER_TABLE1) == (["style", "material"], True)
-    # ours from _rows(): material -30 (a only), style mean of a's -50 and b's -10 = -30; only two families
+    # ours from _rows(): material -30 (a only), style mean of a's -50 and b's -10 = -30; only two families,
+    # so no paper line (2 of its 12 edits)
     items = next(b for b in pascal_blocks(_rows()) if b["kind"] == "list")["items"]
-    assert items[0] == ("ours (mean of 2 models, miou): material (-30.0) and style (-30.0); "
-                        "material and sketch hurt most: holds")
+    assert items == ["ours (mean of 2 models, miou): material (-30.0) and style (-30.0); "
+                     "material and sketch hurt most: holds"]
+    # every edit of the paper (a at -5 points on those _rows() lacks): the paper's line comes
+    items = next(b for b in pascal_blocks(_all_twelve(_rows())) if b["kind"] == "list")["items"]
     assert items[1].endswith("style (-24.0) and material (-22.3); material and sketch hurt most: holds")
     # colour hurting more than material in ours: the verdict flips for ours only
     worse = _rows() + [{"model": m, "shift": "attribute_color", "params": {"color": "pink"}, "severity": 5,
                         "metric": "miou", "value": 0.1, "n": 8} for m in ("a", "b")]
     items = next(b for b in pascal_blocks(worse) if b["kind"] == "list")["items"]
     assert "color (-60.0) and material (-30.0)" in items[0] and items[0].endswith("does not hold")
-    assert items[1].endswith(": holds")
+    assert len(items) == 1  # 3 of the paper's 12 edits: ours alone
     # a different paper constant flips the paper's verdict: painting worse than sketch
     monkeypatch.setitem(pe.PAPER_TABLE1, "painting", -70.0)
     assert pe.hurt_most(pe.PAPER_TABLE1) == (["style", "material"], False)
     monkeypatch.setitem(pe.PAPER_TABLE1, "painting", -7.3)
     monkeypatch.setitem(pe.PAPER_TABLE1, "dotted", -90.0)
-    items = next(b for b in pascal_blocks(_rows()) if b["kind"] == "list")["items"]
+    items = next(b for b in pascal_blocks(_all_twelve(_rows())) if b["kind"] == "list")["items"]
     assert items[1].endswith("pattern (-49.0) and style (-24.0); material and sketch hurt most: does not hold")
     assert pe.hurt_most({"sketch": -5.0}) == (["style"], None)  # one family: n/a

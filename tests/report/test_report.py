@@ -56,11 +56,11 @@ def test_files_written(report_dir):
         assert (report_dir / name).stat().st_size > 0, name
     rows = list(csv.reader(io.StringIO((report_dir / "tables.csv").read_text())))
     assert rows[0] == ["metric", "condition", "model", "value", "change_vs_clean", "n", "ci_low", "ci_high",
-                       "change_ci_low", "change_ci_high", "p_value", "within_noise"]
+                       "change_ci_low", "change_ci_high", "p_value", "within_noise", "test"]
     clean = [r for r in rows[1:] if r[0] == "top1" and r[1] == "clean" and r[2] != "mean"]
     assert len(clean) == 2 and all(0 <= float(r[3]) <= 1 for r in clean)
     # every top-1 cell has its 95% CI around the value; shifted cells a paired change CI around the change,
-    # a p-value, and within_noise exactly when that CI holds 0
+    # a p-value, within_noise exactly when that CI holds 0 and p >= 0.05, and the test that gave all three
     for r in rows[1:]:
         if r[0] != "top1":
             continue
@@ -69,7 +69,8 @@ def test_files_written(report_dir):
         if r[1] != "clean":
             change, dlow, dhigh = float(r[4]), float(r[8]), float(r[9])
             assert dlow <= dhigh and 0 <= float(r[10]) <= 1
-            assert r[11] == str(dlow <= 0 <= dhigh).lower()
+            assert r[11] == str(dlow <= 0 <= dhigh).lower() == str(float(r[10]) >= 0.05).lower()
+            assert r[12] == ("exact McNemar" if " s" in r[1] and r[2] != "mean" else "paired bootstrap")
     md = (report_dir / "tables.md").read_text()
     assert "### top1 (%) ↑" in md and "### ece (%) ↓" in md
     assert "\\_test\\_noise" in (report_dir / "tables.tex").read_text()
@@ -218,7 +219,9 @@ def test_demo_like_report_in_chromium(demo_like, tmp_path):
         assert all("n = " in title for _, title in numeric), [c for c in numeric if "n = " not in c[1]][:3]
         # the headline: n per model line, and the columns that apply to each run only
         heads_text = [heads.nth(i).inner_text() for i in range(2)]
-        assert "mCE" in heads_text[0] and "object_only" in heads_text[0] and "γ@10" not in heads_text[0]
+        # two corruptions at two severities: their mean, never mCE (ImageNet-C's 15 x 5 only)
+        assert "mean of 2 corruptions" in heads_text[0] and "mCE" not in heads_text[0]
+        assert "object_only" in heads_text[0] and "γ@10" not in heads_text[0]
         assert "γ@10 text shifts, severity 3" in heads_text[1] and "mCE" not in heads_text[1]
         # the headline metric's table is open, the others fold; the retrieval one is R@10, not R@1
         open_tables = page.evaluate("""Array.from(document.querySelectorAll('table.results'))
@@ -257,7 +260,6 @@ def test_no_markdown_in_visible_text(demo_like):
 
 def test_headline_numbers_are_the_rows(demo_like):
     """Reference: the headline's numbers recomputed by hand from the stored rows."""
-    from shiftbench.metrics.robustness import mean_corruption_error, relative_mean_corruption_error
     from shiftbench.report.headline import headline
     from shiftbench.report.tables import build_tables
     from shiftbench.results.store import Store
@@ -268,11 +270,12 @@ def test_headline_numbers_are_the_rows(demo_like):
     h = headline(rows, build_tables([r for r in rows if "[" not in r["metric"]], ["top1", "ece"]), ["top1", "ece"])
     assert h["metric"] == "top1"
     heads = [(c["group"], c["head"]) for c in h["columns"]]
-    assert heads == [("clean", "top1 (%)"), ("ImageNet-C", "mean of 2 corruptions"), ("ImageNet-C", "mCE"),
-                     ("ImageNet-C", "rel. mCE"), ("backgrounds (natural)", "color"), ("controls", "object_only"),
-                     ("controls", "background_only")]
-    assert [g for g, _ in h["groups"]] == ["clean", "ImageNet-C", "backgrounds (natural)", "controls"]
-    assert "AlexNet-normalised with ImageNet-C's published AlexNet errors" in h["columns"][2]["title"]
+    # 2 of the 15 corruptions at 2 of the 5 severities: their mean, no mCE (the note says why); the colour
+    # background is a synthetic background, not a natural one
+    assert heads == [("clean", "top1 (%)"), ("corruptions", "mean of 2 corruptions"),
+                     ("synthetic backgrounds", "color"), ("controls", "object_only"), ("controls", "background_only")]
+    assert [g for g, _ in h["groups"]] == ["clean", "corruptions", "synthetic backgrounds", "controls"]
+    assert "this run has 2 of 15 at severities 2, 4, so the headline shows their mean" in h["note"]
     top1 = {(r["model"], r["shift"], r["severity"]): r["value"] for r in rows if r["metric"] == "top1"}
     for line in h["rows"]:
         m = line["model"]
@@ -282,12 +285,11 @@ def test_headline_numbers_are_the_rows(demo_like):
         assert line["n"] == 12
         assert line["cells"][0]["text"] == f"{100 * clean:.1f}"
         assert line["cells"][1]["text"] == f"{100 * mean:.1f} ({100 * (mean - clean):+.1f})"
-        errors = {s: [1 - top1[(m, s, v)] for v in (2, 4)] for s in ("gaussian_noise", "fog")}
-        assert line["cells"][2]["text"] == f"{100 * mean_corruption_error(errors):.1f}"
-        assert line["cells"][3]["text"] == f"{100 * relative_mean_corruption_error(errors, 1 - clean):.1f}"
+        colour = top1[(m, "background_color", 5)]
+        assert line["cells"][2]["text"] == f"{100 * colour:.1f} ({100 * (colour - clean):+.1f})"
         only = top1[(m, "background_only", 5)] if (m, "background_only", 5) in top1 else \
             next(v for k, v in top1.items() if k[:2] == (m, "background_only"))
-        assert line["cells"][6]["text"].startswith(f"{100 * only:.1f} (")  # the control alone, never averaged
+        assert line["cells"][4]["text"].startswith(f"{100 * only:.1f} (")  # the control alone, never averaged
         assert all("n = 12" in c["title"] for c in line["cells"])
     # retrieval: clean R@10 and the mean gamma@10 over the image / the text shifts
     hc = headline(cir, build_tables([r for r in cir if "[" not in r["metric"] and not r["metric"].startswith("gamma@")]),
@@ -389,7 +391,8 @@ def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_pat
     assert _FakeUncertainty.calls == [("dummy_classifier", "top1", ("_test_noise", "_test_noise"))]
     # results cells: CI, change CI and test in the tooltip, the mark in the text
     assert re.search(r'class="noise" title="n = 20 samples per condition; 95% CI \[[0-9.]+, [0-9.]+\]; change 95% CI '
-                     r'\[-10.0, \+10.0\]; p = 0.5 against clean; ≈ within noise">[0-9.]+ \([-+][0-9.]+\) ≈<', html)
+                     r'\[-10.0, \+10.0\] \(paired test\); p = 0.5 against clean \(paired test\); ≈ within noise '
+                     r'\(p &gt;= 0.05\)">[0-9.]+ \([-+][0-9.]+\) ≈<', html)
 
 
 def test_models_compared_pairwise_on_the_same_samples(demo_like):

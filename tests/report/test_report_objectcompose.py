@@ -39,6 +39,13 @@ PAPERLIKE = {
     ("adversarial_texture", ()): (0.20, 0.25),
     ("object_only", ()): (0.7, 0.6),
 }
+# the paper's protocol (with curated=True): every family of its Table 1, four colour and four texture prompts;
+# the prompts added here are above each family's worst, so the worst values stay PAPERLIKE's
+PAPERFULL = {**PAPERLIKE,
+             ("background_color", (("color", "green"),)): (0.90, 0.88),
+             ("background_color", (("color", "colorful"),)): (0.87, 0.85),
+             ("background_texture", (("texture", 2),)): (0.90, 0.90),
+             ("background_texture", (("texture", 3),)): (0.88, 0.88)}
 
 
 def test_worst_condition_per_family_and_change():
@@ -58,7 +65,10 @@ def test_worst_condition_per_family_and_change():
     assert list(s["families"])[:2] == ["class_label", "caption"]
     assert s["holds"] is True and all(s["ordering"].values())
     md = to_markdown(s)
-    assert "| color | background | 2 | 83.0 | -14.0 | background_color (color=blue) s5 | 81.0 | -16.0 |" in md
+    assert ("| color | synthetic background | 2 | 83.0 | -14.0 | background_color (color=blue) s5 | 81.0 | -16.0 |"
+            in md)
+    assert "- color ~ texture: ours holds\n" in md and "paper holds" not in md  # not the paper's protocol
+    md = to_markdown(summarise(_rows(PAPERFULL), curated=True))
     assert "- color ~ texture: ours holds, paper holds" in md and "ours: the ordering holds" in md
     assert [s["families"][f]["role"] for f in ("adversarial", "object_only")] == ["attack", "control"]
 
@@ -108,7 +118,11 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
 
     build_report(tmp_path / "oc.db", tmp_path / "report")
     md = (tmp_path / "report" / "objectcompose.md").read_text()
-    assert "| color | background |" in md and "| adversarial | attack |" in md
+    assert "| color | synthetic background |" in md and "| adversarial | attack |" in md
+    # one colour, no texture, not curated: not the paper's protocol, and one line says so
+    assert "Ours vs the paper" not in md and "paper holds" not in md
+    assert ("No comparison with ObjectCompose Table 1 (ImageNet-B_1000, mean of 7 classifiers): the run is not "
+            "curated") in md
     assert "| background_only | control |" in md and "| object_only | control |" in md
     top1 = {r["shift"]: r["value"] for r in rows if r["metric"] == "top1"}
     assert top1["background_only"] < top1["clean"]  # a plain inpainted field: the object is gone
@@ -130,10 +144,17 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     assert cell_text(by_family["background_only"][4]) == f"{change:+.1f}" and change < 0
     assert by_family["background_only"][4]["cls"] == "down" and "n = 6 images" in by_family["background_only"][4]["title"]
     assert cell_text(by_family["object_only"][1]) == "control"
-    # one model: the family table is already per model, so no per-model table repeats it (the second is ours vs
-    # the paper)
-    assert [b["kind"] for b in summary["blocks"]].count("table") == 2
-    side = [b for b in summary["blocks"] if b["kind"] == "table"][1]
+    # one model: the family table is already per model, so no per-model table repeats it; and no "ours vs the
+    # paper" (not curated, one colour): the summary's tables are the family table alone
+    assert [b["kind"] for b in summary["blocks"]].count("table") == 1
+    # the same rows under the paper's protocol (told curated) get the side-by-side table second
+    side = [b for b in summary_blocks(rows, curated=True) if b["kind"] == "table"]
+    assert len(side) == 1  # still one colour, no texture: no comparison, curated or not
+    missing = {("background_color", "color", c) for c in ("red", "green", "colorful")} | {
+        ("background_texture", "texture", t) for t in (1, 2, 3, 4)} | {("background_scene", "scene", "mixed_same")}
+    full = rows + [dict(r, shift=sh, params={k: v}) for sh, k, v in missing for r in rows
+                   if r["shift"] == "background_color"]
+    side = [b for b in summary_blocks(full, curated=True) if b["kind"] == "table"][1]
     assert side["head"][:3] == ["family", "our worst condition", "ours top1"]
     by_row = {cell_text(r[0]): [cell_text(c) for c in r] for r in side["rows"]}
     # one model, the attack's own source: its rows are all white-box, none transfer
@@ -149,12 +170,12 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
 def test_controls_and_attack_never_enter_a_background_mean():
     s = summarise(_rows(PAPERLIKE))
     roles = {f: e["role"] for f, e in s["families"].items()}
-    assert roles == {"class_label": "background", "caption": "background", "color": "background",
-                     "texture": "background", "adversarial": "attack", "object_only": "control"}
+    assert roles == {"class_label": "natural scene", "caption": "natural scene", "color": "synthetic background",
+                     "texture": "synthetic background", "adversarial": "attack", "object_only": "control"}
     # each family's mean is over its own conditions only
     assert s["families"]["texture"]["mean"] == pytest.approx((0.82 + 0.82) / 2)
     assert s["families"]["adversarial"]["conditions"] == ["adversarial_texture s5"]
-    blocks = summary_blocks(_rows(PAPERLIKE))
+    blocks = summary_blocks(_rows(PAPERLIKE), curated=True)
     text = " ".join(strings_of(blocks))
     assert "the paper's Table 1" in text and "headline" in text  # which aggregate is which, said once
     assert not any("object_only" in item or "background_only" in item
@@ -169,9 +190,10 @@ def test_a_background_that_lowers_accuracy_has_a_negative_change():
     assert color["per_model"]["a"]["change"] == pytest.approx(-0.4)
     table = next(b for b in summary_blocks(rows) if b["kind"] == "table")
     assert table["head"][4] == "mean change against clean" and cell_text(table["rows"][0][4]) == "-30.0"
-    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][2]  # after ours vs the paper
+    per_model = [b for b in summary_blocks(rows) if b["kind"] == "table"][1]  # no "ours vs the paper": one colour
     assert per_model["head"] == ["family", "role", "a", "b"]
-    assert [cell_text(c) for c in per_model["rows"][0]] == ["color", "background", "50.0 (-40.0)", "60.0 (-20.0)"]
+    assert [cell_text(c) for c in per_model["rows"][0]] == ["color", "synthetic background", "50.0 (-40.0)",
+                                                            "60.0 (-20.0)"]
 
 
 # ---- the paper's Table 1 beside ours (issue 16 item 4) ----
@@ -185,9 +207,9 @@ def _side(blocks: list[dict]) -> dict[str, list[str]]:
 def test_side_by_side_values_equal_the_constants_and_our_rows():
     from shiftbench.report import objectcompose as oc
 
-    rows = _rows(PAPERLIKE)
-    s = summarise(rows)
-    side = _side(summary_blocks(rows))
+    rows = _rows(PAPERFULL)
+    s = summarise(rows, curated=True)
+    side = _side(summary_blocks(rows, curated=True))
     for key, paper_key in (("clean", "clean"), ("class_label", "class_label"), ("caption", "caption"),
                            ("color", "color"), ("texture", "texture"), ("adversarial (all models)", "adversarial")):
         assert side[key][4] == f"{oc.PAPER_TABLE1[paper_key]:.2f}"
@@ -201,7 +223,7 @@ def test_side_by_side_values_equal_the_constants_and_our_rows():
     assert "scene" not in side  # neither we nor the paper have it here
     assert side["adversarial white-box"][4:6] == ["–", "–"]  # the paper reports only the mean over 7
     # the export round-trips to the same cells
-    blocks = summary_blocks(rows)
+    blocks = summary_blocks(rows, curated=True)
     parsed = [b for b in markdown_blocks(blocks_to_markdown(blocks)) if b["kind"] == "table"]
     mine = [b for b in blocks if b["kind"] == "table"]
     assert [b["head"] for b in parsed] == [b["head"] for b in mine]
@@ -213,19 +235,19 @@ def test_side_by_side_values_equal_the_constants_and_our_rows():
 def test_both_verdicts_are_computed_by_the_same_rule(monkeypatch):
     from shiftbench.report import objectcompose as oc
 
-    s = summarise(_rows(PAPERLIKE))
+    s = summarise(_rows(PAPERFULL), curated=True)
     assert s["paper"]["ordering"] == oc._ordering({k: v / 100 for k, v in oc.PAPER_TABLE1.items() if k != "clean"})
     assert s["paper"]["holds"] is True and all(s["paper"]["ordering"].values())
-    items = next(b for b in summary_blocks(_rows(PAPERLIKE)) if b["kind"] == "list")["items"]
+    items = next(b for b in summary_blocks(_rows(PAPERFULL), curated=True) if b["kind"] == "list")["items"]
     assert "class_label >= caption: ours holds, paper holds" in items
     # a different paper constant flips the paper's verdict, and only it
     monkeypatch.setitem(oc.PAPER_TABLE1, "caption", 96.0)
     monkeypatch.setitem(oc.PAPER_TABLE1, "adversarial", 70.0)
-    s = summarise(_rows(PAPERLIKE))
+    s = summarise(_rows(PAPERFULL), curated=True)
     assert s["paper"]["ordering"]["class_label >= caption"] is False
     assert s["paper"]["ordering"]["color, texture >> adversarial"] is False
     assert s["paper"]["holds"] is False and s["holds"] is True
-    blocks = summary_blocks(_rows(PAPERLIKE))
+    blocks = summary_blocks(_rows(PAPERFULL), curated=True)
     items = next(b for b in blocks if b["kind"] == "list")["items"]
     assert "class_label >= caption: ours holds, paper does not hold" in items
     assert _side(blocks)["caption"][4:6] == ["96.00", "-1.71"]
@@ -251,7 +273,8 @@ def test_adversarial_split_by_the_attacks_source_model():
     assert tr["worst"].startswith("adversarial_diffusion") and tr["change"] == pytest.approx(0.6 - 0.9)
     # the whole family (the paper's definition, all models) is what the ordering reads
     assert s["families"]["adversarial"]["value"] == pytest.approx(0.4)
-    side = _side(summary_blocks(_rows(values)))
+    protocol = {k: v for k, v in PAPERFULL.items() if not k[0].startswith("adversarial")}  # the attacks are values'
+    side = _side(summary_blocks(_rows({**protocol, **values}), curated=True))
     assert side["adversarial white-box"][2:4] == ["10.0", "-80.0"]
     assert side["adversarial transfer"][2:4] == ["60.0", "-30.0"]
     # default source: efficientnet_lite0 is white-box, the other models transfer
@@ -300,7 +323,7 @@ def test_bg_gap_per_model_with_a_paired_interval():
         samples.append(dict(model=model, dataset="objects", shift=shift, params=params, severity=sev, metric="top1",
                             kind="mean", ids=ids, values=[float(v) for v in vals]))
     summary = summarise(rows, unc=Uncertainty(samples))
-    assert summary["families"]["mixed_same"]["role"] == "background"
+    assert summary["families"]["mixed_same"]["role"] == "natural scene"
     gap = summary["bg_gap"]
     a, b, mean = gap["per_model"]["a"], gap["per_model"]["b"], gap["mean"]
     assert a["gap"] == pytest.approx(0.9 - 0.5) and b["gap"] == 0.0 and mean["gap"] == pytest.approx(0.2)
@@ -366,3 +389,32 @@ def test_mixed_scenes_through_evaluate_store_and_report(tmp_path):
     assert heads == ["top1 (%)", "mixed_same", "mixed_rand", "BG-Gap"]
     cellg = head["rows"][0]["cells"][3]
     assert cellg["text"].split(" ")[0] == f"{100 * g['gap']:+.1f}" and cellg["ci"].startswith("[")
+
+
+# ---- a comparison with the paper only under its protocol (issue 27) ----
+
+def test_one_texture_shift_gets_no_comparison_with_the_paper_and_one_line_why():
+    from shiftbench.report.objectcompose import paper_protocol
+
+    rows = _rows({("clean", ()): (0.9, 0.8), ("background_texture", (("texture", 2),)): (0.6, 0.5)})
+    for curated in (False, True):
+        blocks = summary_blocks(rows, curated=curated)
+        text = [b["text"] for b in blocks if b["kind"] == "text"]
+        assert not any(b.get("text") == "Ours vs the paper" for b in blocks)
+        why = [t for t in text if t.startswith("No comparison with ObjectCompose Table 1")]
+        assert len(why) == 1
+        assert why[0].endswith("it lacks the natural prompts (class label and caption, or Mixed-Same on the compose "
+                               "backend), color (0 of the paper's 4 prompts), texture (1 of the paper's 4 prompts), "
+                               "the adversarial background.")
+        assert ("the run is not curated" in why[0]) == (not curated)
+        items = next(b for b in blocks if b["kind"] == "list")["items"]
+        assert all("paper" not in item for item in items)  # the ordering on ours only
+    # the paper's protocol: curated, top-1, every family with four colour and four texture prompts
+    s = summarise(_rows(PAPERFULL), curated=True)
+    assert s["paper_protocol"] == {"matches": True, "why": []}
+    assert paper_protocol("ece", s["families"], True) == ["the paper's Table 1 is top-1, this summary is ece"]
+    assert summarise(_rows(PAPERFULL))["paper_protocol"]["matches"] is False  # not curated
+    # Mixed-Same stands in for the class-label and caption prompts on the compose backend
+    compose = {k: v for k, v in PAPERFULL.items() if k[0] != "background_inpaint"}
+    compose[("background_scene", (("scene", "mixed_same"),))] = (0.93, 0.91)
+    assert summarise(_rows(compose), curated=True)["paper_protocol"]["matches"] is True

@@ -20,9 +20,11 @@ def by_key(samples):
     return {(s["model"], s["metric"], s["shift"], s["severity"]): s for s in samples}
 
 
-def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list, terms: list):
+def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list, terms: list, ranks: bool = False):
     """The bootstrap of sum(coef x statistic) with plain loops: the same seed and the same universe of
-    ids (in first-seen order), each resample's ids looked up one by one."""
+    ids (in first-seen order), each resample's ids looked up one by one. The value's interval is the
+    interpolated 2.5/97.5% quantiles; a change's (``ranks``) the test's own: the r-th smallest and r-th
+    largest resample, r = ceil(0.025 x B), so that it holds 0 exactly when the bootstrap p >= 0.05."""
     universe = []
     for _, s, allowed in terms:
         for i in s["ids"]:
@@ -38,6 +40,10 @@ def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list
             rows = [pos[universe[j]] for j in draw if universe[j] in pos and (allowed is None or universe[j] in allowed)]
             total += coef * sample_statistic(s["kind"], s["values"][rows])
         boots.append(total)
+    if ranks:
+        r = int(np.ceil(round(0.025 * len(boots), 9)))
+        ordered = np.sort(boots)
+        return ordered[r - 1], ordered[len(boots) - r]
     return np.quantile(boots, [0.025, 0.975])
 
 
@@ -57,10 +63,10 @@ def test_joint_interval_over_severities_and_its_change_replay_with_plain_loops(m
     # the change pairs ids: severity 3 lacks 5 ids; clean is compared on the ids the severities have
     clean_ids, shifted_ids = set(clean["ids"]), {i for x in shifted for i in x["ids"]}
     terms = [(1 / 3, x, clean_ids) for x in shifted] + [(-1.0, clean, shifted_ids)]
-    low, high = replay(u, "delta", metric, ["m_b"], NOISE, terms)
+    low, high = replay(u, "delta", metric, ["m_b"], NOISE, terms, ranks=True)
     assert (res["delta_low"], res["delta_high"]) == pytest.approx((low, high), abs=1e-12)
-    assert res["noise"] == (low <= 0 <= high)
-    assert 0 <= res["p_value"] <= 1
+    assert res["noise"] == (low <= 0 <= high) == (res["p_value"] >= 0.05)
+    assert 0 <= res["p_value"] <= 1 and res["test"] == "paired bootstrap"  # three severities: no McNemar
 
 
 def test_mean_column_resamples_models_jointly_and_replays_with_plain_loops():
@@ -91,7 +97,10 @@ def test_every_cell_gets_an_interval_that_holds_its_value_and_a_paired_test():
                 assert cell.delta_low is None and cell.p_value is None and cell.noise is None
             else:
                 assert cell.delta_low <= cell.delta_high and 0 <= cell.p_value <= 1
-                assert cell.noise == (cell.delta_low <= 0 <= cell.delta_high)
+                # one test per cell: its ≈, its p and its interval agree
+                assert cell.noise == (cell.delta_low <= 0 <= cell.delta_high) == (cell.p_value >= 0.05)
+                one = len(row_conditions(table, label)) == 1 and model != "mean" and table.metric == "top1"
+                assert cell.test == ("exact McNemar" if one else "paired bootstrap"), (table.metric, label, model)
     per_sev = build_tables(rows, per_severity=True)[0]
     assert row_conditions(per_sev, "gaussian_noise s3") == [("gaussian_noise", {}, 3)]
     assert row_conditions(build_tables(rows)[0], "gaussian_noise") == NOISE
@@ -213,3 +222,106 @@ def test_bad_samples_are_named():
         Uncertainty([dict(samples[0], ids=["x"] * 64)])
     with pytest.raises(ShiftbenchError, match="kind 'ratio'"):
         Uncertainty([dict(samples[0], kind="ratio")])
+
+
+# ---- one rule for noise (issue 27): ≈, the p-value and the change's interval come from one named test ----
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from shiftbench.metrics.uncertainty import mcnemar_test, paired_bootstrap  # noqa: E402
+
+
+def _paired_store(clean: list[int], shifted: list[list[int]], models: tuple[str, ...] = ("m",)):
+    """Samples and rows of models with the same right/wrong values: clean, and snow at severities 1, 2, ...
+    (``shifted[k]`` at severity k + 1)."""
+    ids = [f"s{i}" for i in range(len(clean))]
+    samples, rows = [], []
+    for model in models:
+        for shift, severity, values in [("clean", 0, clean)] + [("snow", k + 1, v) for k, v in enumerate(shifted)]:
+            samples.append({"model": model, "dataset": "d", "shift": shift, "params": {}, "severity": severity,
+                            "metric": "top1", "kind": "mean", "ids": ids, "values": np.asarray(values, float)})
+            rows.append({"model": model, "dataset": "d", "shift": shift, "params": {}, "severity": severity,
+                         "metric": "top1", "value": float(np.mean(values)), "n": len(values), "extra": {}})
+    return samples, rows
+
+
+pairs = st.integers(1, 48).flatmap(lambda n: st.tuples(st.lists(st.integers(0, 1), min_size=n, max_size=n),
+                                                        st.lists(st.integers(0, 1), min_size=n, max_size=n)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pairs)
+def test_any_paired_right_wrong_vectors_get_one_answer_the_exact_test(pair):
+    """For any paired 0/1 vectors (clean, shifted): the cell's test is exact McNemar, the p shown is
+    McNemar's, ≈ is shown exactly when p >= 0.05, and the change's interval holds 0 exactly then: in the
+    Uncertainty, the results table (Markdown and CSV), the headline cell and its hover text."""
+    from shiftbench.report.headline import headline
+    from shiftbench.report.tables import to_csv_rows, to_markdown
+
+    clean, shifted = pair
+    samples, rows = _paired_store(clean, [shifted])
+    u = Uncertainty(samples)
+    res = u.aggregate("m", "top1", [("snow", {}, 1)])
+    exact = mcnemar_test(clean, shifted)
+    assert res["test"] == "exact McNemar" and res["p_value"] == exact.p_value
+    assert res["noise"] == (res["p_value"] >= 0.05) == (res["delta_low"] <= 0 <= res["delta_high"])
+    assert (res["delta_low"], res["delta_high"]) == (exact.low, exact.high)
+    table = build_tables(rows)[0]
+    u.annotate(table)
+    cell = table.cells[("snow", "m")]
+    assert (cell.p_value, cell.noise, cell.test) == (exact.p_value, exact.noise, "exact McNemar")
+    md_line = next(line for line in to_markdown(table).splitlines() if line.startswith("| snow |"))
+    assert ("≈" in md_line.split("|")[2]) == (exact.p_value >= 0.05)
+    csv_row = next(r for r in to_csv_rows(table) if r[1] == "snow" and r[2] == "m")
+    assert csv_row[10:] == [repr(exact.p_value), str(exact.p_value >= 0.05).lower(), "exact McNemar"]
+    head = headline(rows, [table], ["top1"], u)
+    shown = head["rows"][0]["cells"][1]
+    assert ("≈" in shown["text"]) == (exact.p_value >= 0.05)
+    assert f"p = {exact.p_value:.3g} (exact McNemar, against clean)" in shown["title"]
+    # two models on one condition: the same test, between them
+    samples2, rows2 = _paired_store(clean, [shifted], models=("m",))
+    samples2 += [dict(s, model="k", values=np.asarray(shifted if s["shift"] == "clean" else clean, float))
+                 for s in samples2]
+    cmp = Uncertainty(samples2).compare("m", "k", "top1", [("clean", {}, 0)])
+    assert cmp["test"] == "exact McNemar" and cmp["p_value"] == exact.p_value
+    assert cmp["noise"] == (cmp["p_value"] >= 0.05) == (cmp["low"] <= 0 <= cmp["high"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(4, 40).flatmap(lambda n: st.lists(st.lists(st.integers(0, 1), min_size=n, max_size=n),
+                                                      min_size=3, max_size=3)))
+def test_a_mean_over_severities_gets_the_paired_bootstrap_and_one_answer(vectors):
+    """Several conditions averaged: no McNemar; the bootstrap's p, its ≈ and its interval agree."""
+    clean, *shifted = vectors
+    samples, rows = _paired_store(clean, shifted)
+    u = Uncertainty(samples)
+    res = u.aggregate("m", "top1", [("snow", {}, 1), ("snow", {}, 2)])
+    assert res["test"] == "paired bootstrap"
+    assert res["noise"] == (res["p_value"] >= 0.05) == (res["delta_low"] <= 0 <= res["delta_high"])
+
+
+def test_cells_where_the_bootstrap_and_mcnemar_disagreed_now_agree():
+    """The case of issue 27, built: the bootstrap's interval of the change excludes 0 (before: no ≈) while
+    McNemar's p beside it is >= 0.05. Now the cell shows ≈, p of McNemar, and McNemar's interval, holding 0."""
+    from shiftbench.report.headline import headline
+
+    clean = [1] * 12 + [0] * 4
+    shifted = [0] * 5 + [1] * 7 + [0] * 4  # 5 of 16 lost, none gained: change -31.2 points
+    boot = paired_bootstrap(clean, shifted, n_boot=1000)
+    exact = mcnemar_test(clean, shifted)
+    assert boot.high < 0 and exact.p_value == 0.0625  # the two tests disagreed on this cell
+    samples, rows = _paired_store(clean, [shifted])
+    u = Uncertainty(samples)
+    table = build_tables(rows)[0]
+    u.annotate(table)
+    cell = table.cells[("snow", "m")]
+    assert cell.noise and cell.p_value == 0.0625 and cell.delta_low <= 0 <= cell.delta_high
+    text = headline(rows, [table], ["top1"], u)["rows"][0]["cells"][1]
+    assert text["text"] == "43.8 (-31.2) ≈" and "p = 0.0625 (exact McNemar, against clean)" in text["title"]
+    assert "≈: within noise, p >= 0.05 (exact McNemar)" in text["title"]
+    # one more loss: p = 0.031 < 0.05, no ≈, and the exact interval excludes 0
+    shifted[5] = 0
+    samples, rows = _paired_store(clean, [shifted])
+    res = Uncertainty(samples).aggregate("m", "top1", [("snow", {}, 1)])
+    assert res["p_value"] == pytest.approx(0.03125) and not res["noise"] and res["delta_high"] < 0

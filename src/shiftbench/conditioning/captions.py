@@ -73,7 +73,9 @@ class Blip2Captioner:
             try:
                 from ..models.hf import HFCaptioner
             except ImportError:  # pragma: no cover - transformers missing
-                raise ShiftbenchError("the blip2 captioner needs transformers: pip install 'shiftbench[gen]'") from None
+                from ..install import install_command
+
+                raise ShiftbenchError(f"the blip2 captioner needs transformers: {install_command('gen')}") from None
             try:
                 self._model = HFCaptioner(self.source, device=self.device, dtype=self.dtype,
                                           max_new_tokens=self.max_new_tokens)

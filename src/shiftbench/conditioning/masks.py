@@ -2,8 +2,9 @@
 
 Every provider answers ``provider(samples) -> list[MaskResult]``: a boolean HxW object mask at the image's
 size plus a quality score. Post-processing follows ObjectCompose: keep the largest connected component,
-fill holes, then (in the shifts) dilate with an elliptical kernel of radius 6 px so that a new textured
-background can neither camouflage nor extend the object.
+fill holes, then (in the shifts, around an estimated mask) dilate with an elliptical kernel of radius 6 px
+so that a new textured background can neither camouflage nor extend the object. A sample's own mask is
+exact (:func:`mask_is_exact`) and is used as it is.
 
 >>> import numpy as np
 >>> m = np.zeros((9, 9), bool); m[2:7, 2:7] = True; m[4, 4] = False; m[0, 8] = True
@@ -27,7 +28,8 @@ from ..errors import ShiftbenchError
 from ..sample import Sample
 
 __all__ = [
-    "DEFAULT_DILATION", "MaskResult", "MaskProvider", "GroundTruthMasks", "U2NetPMasks", "GrabCutMasks", "SamMasks",
+    "DEFAULT_DILATION", "MaskResult", "mask_is_exact", "MaskProvider", "GroundTruthMasks", "U2NetPMasks",
+    "GrabCutMasks", "SamMasks",
     "MASK_PROVIDERS", "create_mask_provider", "postprocess", "largest_component", "fill_holes", "dilate",
     "stability_score", "mask_quality", "mask_iou", "foreground", "check_object_mask", "sample_box",
 ]
@@ -37,11 +39,27 @@ DEFAULT_DILATION = 6  # px, as ObjectCompose expands SAM masks before inpainting
 
 @dataclass
 class MaskResult:
-    """One object mask (HxW bool) and its quality in [0, 1] (see :func:`mask_quality`)."""
+    """One object mask (HxW bool), its quality in [0, 1] (see :func:`mask_quality`) and its provenance:
+    ``exact`` when it is the sample's own annotated mask (:func:`mask_is_exact`), False when a provider
+    estimated it (u2netp, grabcut, sam). Background shifts feather a band around estimated masks only."""
 
     mask: np.ndarray
     quality: float
     probability: np.ndarray | None = None
+    exact: bool = False
+
+
+def mask_is_exact(sample: Sample) -> bool:
+    """Whether ``sample.mask`` is exact: drawn from the image's own alpha or annotation (the ``objects``
+    cut-outs, COCO / VOC polygons, any dataset mask), not estimated. A dataset mask is exact unless the
+    sample says otherwise with ``meta["mask_exact"] = False`` (masks you estimated yourself); False when
+    the sample has no mask."""
+    if sample.mask is None:
+        return False
+    flag = (sample.meta or {}).get("mask_exact", True)
+    if not isinstance(flag, (bool, np.bool_)):
+        raise ShiftbenchError(f"sample {sample.id}: meta 'mask_exact' must be true or false, got {flag!r}")
+    return bool(flag)
 
 
 # -- post-processing --------------------------------------------------------------------------------
@@ -245,7 +263,7 @@ class GroundTruthMasks(MaskProvider):
                                   "choose mask='u2netp', 'grabcut' or 'sam'")
         raw = foreground(sample.mask)
         mask = postprocess(raw, self.largest, self.holes) if (self.largest or self.holes) else raw
-        return MaskResult(mask, mask_quality(mask, raw))
+        return MaskResult(mask, mask_quality(mask, raw), exact=mask_is_exact(sample))
 
 
 class U2NetPMasks(MaskProvider):
@@ -438,7 +456,9 @@ def _load_pair(source: Any, model_cls: str, processor_cls: str, device: str):
     try:
         import transformers
     except ImportError:
-        raise ShiftbenchError("the sam mask provider needs transformers: pip install 'shiftbench[gen]'") from None
+        from ..install import install_command
+
+        raise ShiftbenchError(f"the sam mask provider needs transformers: {install_command('gen')}") from None
     try:
         model = getattr(transformers, model_cls).from_pretrained(source)
         processor = getattr(transformers, processor_cls).from_pretrained(source)

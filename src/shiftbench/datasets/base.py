@@ -45,6 +45,13 @@ class Dataset:
         """
         return None
 
+    def class_file_path(self, index: int) -> str | None:
+        """``<class folder>/<file name>`` of record ``index``, as ImageNet's layout (and ``generate --protocol
+        imagenet-c``) names an image, or None: by default the first folder and the file name of its source
+        path (an image folder's), None when that path has no folder."""
+        parts = [p for p in str(self.source_path(index) or "").split("/") if p not in ("", ".", "..")]
+        return f"{parts[0]}/{parts[-1]}" if len(parts) >= 2 else None
+
     # -- how `generate` writes a shifted copy in this dataset's own format ---------------------------
     # An image folder needs nothing more than its mirrored tree; a format with annotation files (COCO,
     # VOC) names where its images go, which files travel with each image, and writes its index last.
@@ -108,6 +115,9 @@ class Subset(Dataset):
 
     def source_path(self, index: int) -> str | None:
         return self.base.source_path(self.indices[index])
+
+    def class_file_path(self, index: int) -> str | None:
+        return self.base.class_file_path(self.indices[index])
 
     @property
     def mirror_keeps(self) -> frozenset[str]:  # type: ignore[override]

@@ -16,7 +16,7 @@ import os
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from ..errors import ImageError, ShiftbenchError
+from ..errors import ImageError, Option, ShiftbenchError
 from ..sample import image_error_reason, load_image
 from .base import Dataset
 
@@ -34,9 +34,9 @@ class BadImagesError(ImageError):
         self.files = list(files)
         listed = "; ".join(f"{shown(name)} ({one_line(reason)})" for name, reason in self.files[:10])
         more = f"; and {len(self.files) - 10} more" if len(self.files) > 10 else ""
-        super().__init__(
-            f"{len(self.files)} unreadable image(s) under {shown(root)}: {listed}{more} "
-            "(pass on_error='skip' to leave them out and report them)"
+        super().__init__(  # the hint names on_error='skip' to Python callers, --on-error skip on the command line
+            f"{len(self.files)} unreadable image(s) under {shown(root)}: {listed}{more}",
+            hint=(" (pass ", Option("on_error", "skip"), " to leave them out and report them)"),
         )
 
 

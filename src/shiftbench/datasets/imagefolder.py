@@ -28,12 +28,16 @@ class ImageFolder(ReaderDataset):
     ``classes``: ``"auto"`` (ImageNet-1k labels when every folder is an ImageNet-1k wnid, else folder order),
     ``"imagenet"`` (require wnid folders) or ``"folders"`` (labels 0..K-1 in sorted folder order).
     Files with other extensions are ignored; hidden files and folders too. Symlinks that lead out of
-    ``root`` are refused.
+    ``root`` are refused. ``contexts``: a TSV or JSON file mapping a class folder or an image to the
+    object's contexts, or ``"bundled"`` for ImageNet wnid folders (datasets/contexts.py): every sample then
+    carries ``meta["contexts"]``, which Mixed-Same / Mixed-Rand need; a file that leaves an image without
+    contexts is refused here.
     """
 
     annotations = ("label",)
 
-    def __init__(self, root: Any = None, classes: str = "auto", on_error: str = "fail", verify: str = "header"):
+    def __init__(self, root: Any = None, classes: str = "auto", on_error: str = "fail", verify: str = "header",
+                 contexts: Any = None):
         self.root = check_root(root, "imagefolder")
         check_choice("classes", classes, ("auto", "imagenet", "folders"))
         self.on_error = check_choice("on_error", on_error, ON_ERROR)
@@ -67,7 +71,15 @@ class ImageFolder(ReaderDataset):
         if not files:
             raise ShiftbenchError(f"imagefolder: no images ({', '.join(IMAGE_EXTENSIONS)}) under {self.root}")
         self._files, self.skipped = screen(files, lambda rel: [self.root / rel], self.root, on_error, verify)
-        self.description = f"image folder {self.root} ({len(folders)} classes, {self.label_source} labels)"
+        self._contexts: dict[str, tuple[str, ...]] = {}
+        if contexts is not None:
+            from .contexts import assign_contexts, read_contexts
+
+            images = {rel: rel.split("/", 1)[0] for rel in self._files}
+            self._contexts = assign_contexts(read_contexts(contexts), images, contexts, "imagefolder",
+                                             also=[*files, *folders])
+        self.description = f"image folder {self.root} ({len(folders)} classes, {self.label_source} labels" + \
+            (", contexts given)" if contexts is not None else ")")
 
     def _list_images(self, folders: list[str]) -> list[str]:
         """The image files below the class folders (relative POSIX paths in sorted order), hidden ones left out;
@@ -123,5 +135,7 @@ class ImageFolder(ReaderDataset):
         label = self._label[folder]
         name = imagenet_classes()[label].name if self.label_source == "imagenet" else folder
         path = self.root / rel
-        return Sample(image=decode_image(path, shown(path)), label=label, class_name=name, id=rel,
-                      meta={"path": str(self.root / rel), "folder": folder})
+        meta: dict[str, Any] = {"path": str(self.root / rel), "folder": folder}
+        if rel in self._contexts:
+            meta["contexts"] = list(self._contexts[rel])
+        return Sample(image=decode_image(path, shown(path)), label=label, class_name=name, id=rel, meta=meta)

@@ -1,5 +1,5 @@
 """Parquet and Hugging Face ``datasets`` (saved to disk) reader: an image column of encoded bytes and a label
-column, read lazily with pyarrow (``pip install shiftbench[stream]``).
+column, read lazily with pyarrow (the ``stream`` extra).
 
 Layouts (``root``):
 
@@ -53,7 +53,9 @@ def _pyarrow() -> Any:
         import pyarrow.ipc  # noqa: F401
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise ShiftbenchError("reading Parquet / Arrow datasets needs pyarrow: pip install 'shiftbench[stream]'") \
+        from ..install import install_command
+
+        raise ShiftbenchError(f"reading Parquet / Arrow datasets needs pyarrow: {install_command('stream')}") \
             from None
     return pyarrow
 

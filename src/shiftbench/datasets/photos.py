@@ -89,6 +89,11 @@ class ImageNetPhotos(Dataset):
     def sample_id(self, index: int) -> str:
         return Path(self._entries[index][2]).stem
 
+    def class_file_path(self, index: int) -> str:
+        """``<wnid>/<file name>``: where ImageNet's layout (and ``generate --protocol imagenet-c``) puts the photo."""
+        _, label, name = self._entries[index]
+        return f"{imagenet_class(label).wnid}/{Path(name).name}"
+
     def load(self, index: int) -> Sample:
         _, label, name = self._entries[index]
         if self._zip:

@@ -65,14 +65,16 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
 
 
 def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -> None:
-    """Per model: clean, the corruptions' mean, the natural background families' mean, Mixed-Same,
-    Mixed-Rand and their BG-Gap, and the two controls and the attack in columns of their own (never
-    averaged into the natural families). Columns a run has no rows for are left out."""
+    """Per model: clean, the mean of the k corruptions, the natural scenes' mean (when there are others than
+    Mixed-Same and Mixed-Rand, which have their own columns), Mixed-Same, Mixed-Rand and their BG-Gap, the
+    synthetic (colour, texture) backgrounds' mean, custom prompts, and the two controls and the attack in
+    columns of their own (families grouped by what they are, report.objectcompose's roles: never colour or
+    texture as natural, never a control or the attack in a background mean). Columns a run has no rows
+    for are left out."""
     from rich.table import Table
 
     from ..registry import SHIFTS
-    from ..report.headline import NATURAL_FAMILIES
-    from ..report.objectcompose import family_of
+    from ..report.objectcompose import CUSTOM_FAMILIES, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, family_of
     from ..report.tables import condition_label
 
     top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
@@ -93,13 +95,19 @@ def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -
     columns: list[tuple[str, Any]] = [("clean", lambda mine: _pct(next((r["value"] for r in mine
                                                                         if r["shift"] == "clean"), None)))]
     if any(is_corruption(r) for r in top1):
-        columns.append(("corruptions (mean)", lambda mine: _mean_pct([r["value"] for r in mine if is_corruption(r)])))
-    if present & set(NATURAL_FAMILIES):
-        columns.append(("natural backgrounds (mean)", lambda mine: _mean_pct(values(mine, NATURAL_FAMILIES))))
+        k = len({r["shift"] for r in top1 if is_corruption(r)})
+        columns.append((f"mean of {k} corruption{'s' if k != 1 else ''}",
+                        lambda mine: _mean_pct([r["value"] for r in mine if is_corruption(r)])))
+    if present & set(NATURAL_FAMILIES) - ({"mixed_same", "mixed_rand"} if gap else set()):
+        columns.append(("natural scenes (mean)", lambda mine: _mean_pct(values(mine, NATURAL_FAMILIES))))
     if gap:
         columns += [("Mixed-Same", lambda mine: _mean_pct(values(mine, ("mixed_same",)))),
                     ("Mixed-Rand", lambda mine: _mean_pct(values(mine, ("mixed_rand",)))),
                     ("BG-Gap (points)", lambda mine: _points(values(mine, ("mixed_same",)), values(mine, ("mixed_rand",))))]
+    if present & set(SYNTHETIC_FAMILIES):
+        columns.append(("colour, texture backgrounds (mean)", lambda mine: _mean_pct(values(mine, SYNTHETIC_FAMILIES))))
+    if present & set(CUSTOM_FAMILIES):
+        columns.append(("custom prompts (mean)", lambda mine: _mean_pct(values(mine, CUSTOM_FAMILIES))))
     if "object_only" in present:
         columns.append(("object only (control)", lambda mine: _mean_pct(values(mine, ("object_only",)))))
     if "background_only" in present:

@@ -133,7 +133,7 @@ def curate_run(spec: Any, dataset: Any, plans: dict[str, Any], progress: bool = 
             bar.advance("curating on clean", k - done[0])
             done[0] = k
 
-        loader = Loader(dataset, spec.seed, spec.on_error, pixels, (), "curate")
+        loader = Loader(dataset, spec.seed, spec.on_error, pixels, (), "curate", preprocess=spec.preprocess)
         kept, summary = curated_indices(dataset, nets, spec.batch_size, spec.curate.min_mask_fraction, advance, loader)
     if not kept:
         raise ShiftbenchError(f"curate: none of the {len(dataset)} samples is classified correctly on clean by "

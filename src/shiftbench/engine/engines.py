@@ -11,8 +11,8 @@ actors, one model replica each, ``num_gpus=1`` where the cluster has GPUs), so a
 worker and not once per unit. The process-level caches of the shifts (``load_components``, the mask
 providers) keep the replica loaded between units.
 
-Ray is optional (``pip install shiftbench[ray]``) and imported only here, only when the ray engine is
-chosen, so ``import shiftbench`` and the local engine never load it.
+Ray is optional (the ``ray`` extra; ``install.install_command`` says how to add it) and imported only here,
+only when the ray engine is chosen, so ``import shiftbench`` and the local engine never load it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Iterator
 
-from ..errors import ShiftbenchError
+from ..errors import Option, ShiftbenchError
+from ..install import install_command
 from .spec import EngineSection
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
@@ -327,7 +328,8 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ShiftbenchError("the ray engine needs Ray: pip install 'shiftbench[ray]' (or use --engine local)") from None
+        raise ShiftbenchError(f"the ray engine needs Ray: {install_command('ray')}",
+                              hint=(" (or use ", Option("engine", "local"), ")")) from None
     return ray
 
 

@@ -36,7 +36,7 @@ from ..seeds import check_seed
 from .spec import EngineSection, Spec, load_spec
 from ..results.artifacts import CURATION_ARTIFACT, SKIPPED_ARTIFACT
 from ..results.codec import encode_state
-from ..results.store import Store
+from ..results.store import Store, spec_hash
 from .kernel import (CLEAN, GRID_SAMPLES, check_first_batch, Condition, Held, Loader, Plan, Scored, batch_states, batches_needed,
                      batches_per_unit, condition_ids, error_reason, finish_complete, finish_held, open_condition,
                      plan_conditions, restore_held, save_scored, save_thumbnails, shard_units, start_run, thumbnails)
@@ -50,6 +50,33 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("shiftbench")
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What ``evaluate`` found in the store when it opened the run, before any work (``on_start``): the run's
+    id, the conditions it plans (models x shift conditions, clean included), how many of them earlier calls
+    finished, whether the run was in the store before (``resumed``) and whether ``new_run`` found these
+    very inputs there (``same_inputs``: the run is resumed, not computed twice)."""
+
+    run_id: str
+    planned: int
+    done: int
+    resumed: bool
+    same_inputs: bool = False
+
+
+def with_default_metrics(spec: Spec, defaults: dict[str, Any]) -> Spec:
+    """``spec`` with the metrics its models' task gives by default (``defaults``: model label -> names), written in
+    as if the spec had listed them, so that the run's identity holds them; one list must fit every model."""
+    import dataclasses
+
+    chosen = {tuple(names) for names in defaults.values()}
+    if len(chosen) != 1:
+        listed = "; ".join(f"{m}: {', '.join(names)}" for m, names in defaults.items())
+        raise SpecError(f"{spec.source + ': ' if spec.source else ''}metrics: left out, and the models' tasks have "
+                        f"different defaults ({listed}); list the metrics, or run the models as separate specs")
+    return dataclasses.replace(spec, metrics=list(next(iter(chosen))))
 
 
 def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
@@ -71,6 +98,7 @@ def evaluate(
     workers: int | None = None,
     shard_size: int | None = None,
     pixels: str | None = None,
+    on_start: Callable[["RunStart"], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
 
@@ -86,8 +114,13 @@ def evaluate(
     is used. ``models`` may pass already-created model objects by name (reused across calls).
     A run resumes only when its inputs are unchanged (the spec, shiftbench's version, the weights,
     the dataset's files, the ids file); otherwise it stops naming what changed, and ``new_run=True``
-    starts a new run instead. Setup (dataset, models, conditioning) happens before the store is
+    starts a new run instead; inputs equal to those of a run in the store resume that run, ``new_run``
+    or not (never computed twice). Setup (dataset, models, conditioning) happens before the store is
     opened, and a store this call created that holds no result when the run fails is removed.
+    ``on_start(RunStart)`` is called once the run is open in the store, before any work: its id, the
+    conditions planned and how many a previous call had done (the CLI's "resumed: ..." line).
+    A spec without ``metrics:`` runs each model's task's defaults (classification: top1, ece), recorded
+    in the run's spec as if it had listed them.
     """
     spec = load_spec(spec_or_path).with_engine(name=engine, address=address, workers=workers,
                                                shard_size=shard_size, pixels=pixels)
@@ -98,6 +131,7 @@ def evaluate(
         if spec.engine.address not in (None, "", "auto"):
             check_reachable(spec.engine.address)
     runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run)
+    runner.on_start = on_start
     plan = runner.prepare()
     tmpdir = None
     if store is None:
@@ -160,6 +194,7 @@ class _Runner:
         self.requested_run_id = run_id
         self.new_run = new_run
         self.run_id: str | None = None
+        self.on_start: Callable[[RunStart], None] | None = None
 
     # -- setup --------------------------------------------------------------------------------
     def _dataset(self):
@@ -175,6 +210,7 @@ class _Runner:
         models = {}
         self.plans = {}
         self.tasks = {}
+        defaults: dict[str, list[str]] = {}  # a spec without metrics: each model's task's
         for m in self.spec.models:
             params = dict(m.params)
             if self.engine.ray and str(params.get("device", "cpu")).startswith("cuda"):
@@ -183,6 +219,8 @@ class _Runner:
                 params["device"] = "cpu"
             model = self.given_models.get(m.label) or MODELS.create(m.name, **params)
             task = self.tasks[m.label] = task_of(model, m.name, runner="evaluate")
+            if not self.spec.metrics:
+                defaults[m.label] = list(task.metrics_for(model))
             self._metrics({m.label: model})  # a metric of another task is the first thing to say
             plan = task.plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}")
             self.plans[m.label] = plan
@@ -191,6 +229,8 @@ class _Runner:
             where = f"{self.spec.source}: label_map" if self.spec.source else "label_map"
             raise SpecError(f"{where}: no model of this spec maps dataset classes to its own (zero-shot models take "
                             "the dataset's classes; captioners and class-agnostic segmenters have none); remove it")
+        if defaults:
+            self.spec = with_default_metrics(self.spec, defaults)
         return models
 
     def _metric(self, name: str, model_label: str) -> Any:
@@ -225,16 +265,22 @@ class _Runner:
         from .retrieval import is_retrieval_spec, setup_retrieval
 
         if is_retrieval_spec(spec):
+            if spec.preprocess is not None:  # composed retrieval reads its queries itself, not through the loader
+                raise SpecError(f"{spec.source + ': ' if spec.source else ''}preprocess: not applied to composed "
+                                "retrieval (its queries and gallery are read outside the run's loader); remove it")
             setup = setup_retrieval(spec, self.given_models)
+            if not spec.metrics:  # the retrieval task's defaults, as setup_retrieval chose them
+                self.spec = spec = with_default_metrics(spec, {m: setup.metric_names for m in setup.models})
             return Plan(spec, setup.dataset, setup.models, {m: list(spec.metrics) for m in setup.models}, [],
                         retrieval=setup)
         dataset = self.given_dataset if self.given_dataset is not None else self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)
+        spec = self.spec  # with its metrics when it left them to the models' task
         if spec.curate and self.given_dataset is None:  # a worker gets the driver's curated dataset
             dataset, self.curation = curate_run(spec, dataset, self.plans, self.progress, self.pixels)
         conditions = plan_conditions(spec)
-        first = Loader(dataset, spec.seed, spec.on_error, self.pixels, (), "evaluate").batch(
+        first = Loader(dataset, spec.seed, spec.on_error, self.pixels, (), "evaluate", preprocess=spec.preprocess).batch(
             CLEAN, 0, spec.batch_size).samples  # every read of a run's samples goes through the kernel's loader
         checked = self.given_dataset is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
         if checked:  # a sample without what a shift needs (a mask, contexts, a caption) is said before any loading
@@ -367,7 +413,16 @@ class _Runner:
             self.store.put_artifact(run_id, SKIPPED_ARTIFACT, data.encode("utf-8"), {"count": len(self.skipped)})
 
     def _started(self, run_id: str) -> None:
+        """The run is open in the store, nothing done yet: what a previous call left (``RunStart``)."""
         self.run_id = run_id
+        existing, done = self.store.condition_counts(run_id)
+        same = self.new_run and self.requested_run_id is None and run_id == f"run-{spec_hash(self.spec.raw)[:12]}"
+        start = RunStart(run_id, len(self.spec.conditions()), done, existing > 0 or same, same)
+        if self.on_start is not None:
+            self.on_start(start)
+        elif same:
+            log.warning(f"new_run=True: the inputs equal those of run {run_id}, which is resumed rather than computed "
+                        "again (give run_id= for a separate run)")
 
     def _score(self, label: str, model, metric_names: list[str], b: int, samples: list[Sample],
                skipped: list[tuple[str, str]], pixels: DeviceBatch | None = None) -> Scored:

@@ -25,6 +25,17 @@ written to a temporary file and renamed; its record goes to ``manifest.partial.j
 file is in place. A restarted run skips what the journal lists and redoes the rest. At the end the
 manifest is written in a canonical order, so neither an interruption nor the number of workers
 changes a single byte of the output.
+
+Preprocessing (``resize``, ``crop``, ``interpolation``; datasets/preprocess.py) is applied to every sample as
+it is read, before the shift, through the same loader as a run's ``preprocess:`` section; it is recorded in the
+settings file and in every record. ``protocol="imagenet-c"`` is ImageNet-C's procedure (hendrycks/robustness,
+``ImageNet-C/create_c/make_imagenet_c.py``): resize the shorter side to 256 (bilinear, Pillow, as
+torchvision's ``Resize(256)`` on a PIL image), centre crop 224, the shift, then JPEG at quality 85 with
+``optimize=True`` (Pillow's other defaults, 4:2:0 chroma subsampling), written to
+``OUT/<shift>/<severity>/<class folder>/<original file name>``, the name kept when its extension is a JPEG one
+(a ``.png`` source becomes ``.jpg``). ``image_format`` (png, jpeg, webp) and ``quality`` set the encoding with
+or without the preset. Before any work, ``announce`` (the CLI prints it) is told the number of files and
+their estimated size, from encoding the first sample under each shift.
 """
 
 from __future__ import annotations
@@ -44,7 +55,7 @@ from ..errors import ShiftbenchError
 from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, write_atomic
 from ..registry import SHIFTS
 from ..seeds import check_seed
-from .spec import EngineSection
+from .spec import EngineSection, PreprocessSection, preprocess_section
 from .kernel import Condition, Loader
 
 MANIFEST = "manifest.jsonl"
@@ -52,6 +63,17 @@ JOURNAL = "manifest.partial.jsonl"
 CONFIG = "generate.json"
 CHUNK = 16
 log = logging.getLogger("shiftbench.generate")
+
+IMAGE_FORMATS = ("png", "jpeg", "webp")
+SUFFIX = {"png": ".png", "jpeg": ".jpg", "webp": ".webp"}
+_NAMED = {"png": (".png",), "jpeg": (".jpg", ".jpeg", ".jpe"), "webp": (".webp",)}  # suffixes kept by a preset
+# the published procedures generate reproduces: preprocessing, encoding, and the file naming of the layout
+PROTOCOLS = {
+    # hendrycks/robustness ImageNet-C/create_c/make_imagenet_c.py: trn.Resize(256), trn.CenterCrop(224), the
+    # corruption, Image.fromarray(np.uint8(img)).save(<corruption>/<severity>/<wnid>/<file name>, quality=85,
+    # optimize=True)
+    "imagenet-c": {"resize": 256, "crop": 224, "interpolation": "bilinear", "image_format": "jpeg", "quality": 85},
+}
 
 
 
@@ -125,6 +147,8 @@ class _Job:
     on_error: str = "fail"
     modules: tuple[str, ...] = ()  # where the shift and dataset classes live: imported first on a fresh worker
     layout: str = "folder"  # folder: the worker writes each file; webdataset/parquet: it returns encoded bytes
+    preprocess: PreprocessSection | None = None  # resize / crop before the shift
+    protocol: str | None = None  # a published procedure (PROTOCOLS): its encoding and its file names
 
 
 def output_relpath(dataset: Any, index: int, suffix: str) -> str:
@@ -150,12 +174,31 @@ def output_relpath(dataset: Any, index: int, suffix: str) -> str:
     return base + suffix
 
 
-def check_collisions(dataset: Any, suffix: str) -> list[str]:
-    """Every record's output path; refuses (naming both sources) two records that would share one."""
+def protocol_relpath(dataset: Any, index: int, suffix: str) -> str:
+    """Where record ``index``'s output goes below OUT/<shift>/<severity>/ under a protocol: the dataset's
+    ``class_file_path`` (``<class folder>/<file name>``: an image folder's class and file name, deeper folders
+    dropped as make_imagenet_c.py drops them; imagenet-photos' wnid), the file name kept when its extension
+    already names the output's format (any case: ``.JPEG`` for JPEG), else its stem with ``suffix``."""
+    rel = dataset.class_file_path(index) if hasattr(dataset, "class_file_path") else None
+    if rel is None:
+        raise ShiftbenchError("generate --protocol: the dataset gives no class folder and file name per image; "
+                              "use an image folder (<class>/<file>) or imagenet-photos")
+    folder, _, name = rel.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    fmt = next((f for f, s in SUFFIX.items() if s == suffix), None)
+    if dot and stem and f".{ext.lower()}" in _NAMED.get(fmt or "", ()):
+        return rel
+    return f"{folder}/{stem if dot and stem else name}{suffix}"
+
+
+def check_collisions(dataset: Any, suffix: str, relpath: Callable[[Any, int, str], str] | None = None) -> list[str]:
+    """Every record's output path (``relpath``, default :func:`output_relpath`); refuses (naming both sources)
+    two records that would share one."""
+    relpath = relpath or output_relpath
     taken: dict[str, int] = {}
     rels = []
     for i in range(len(dataset)):
-        rel = output_relpath(dataset, i, suffix)
+        rel = relpath(dataset, i, suffix)
         key = rel.casefold()  # case-insensitive file systems (macOS, Windows) would merge these too
         if key in taken:
             j = taken[key]
@@ -171,28 +214,43 @@ def check_collisions(dataset: Any, suffix: str) -> list[str]:
     return rels
 
 
-def _encode(path: Path, image: np.ndarray, fmt: str, quality: int) -> None:
+def save_options(fmt: str, quality: int, protocol: str | None = None) -> dict[str, Any]:
+    """Pillow's ``Image.save`` arguments of an output: PNG at compression level 6; JPEG at ``quality`` with full
+    chroma (4:4:4); WebP (lossy) at ``quality``; under ``protocol="imagenet-c"`` a JPEG is saved exactly as
+    make_imagenet_c.py saves it: ``quality=85, optimize=True`` and Pillow's other defaults (4:2:0)."""
+    name = {"png": "PNG", "jpeg": "JPEG", "webp": "WEBP"}[fmt]
+    if fmt == "png":
+        return {"format": name, "compress_level": 6}
+    if protocol is not None:
+        return {"format": name, "quality": quality, "optimize": True}
+    if fmt == "jpeg":
+        return {"format": name, "quality": quality, "subsampling": 0}
+    return {"format": name, "quality": quality}
+
+
+def format_label(fmt: str, quality: int, protocol: str | None = None) -> str:
+    """The manifest's ``format`` of an output: ``png``, ``jpeg (lossy, quality 95)``, ..."""
+    if fmt == "png":
+        return "png"
+    return f"{fmt} (lossy, quality {quality}{', optimize' if protocol and fmt == 'jpeg' else ''})"
+
+
+def _encode(path: Path, image: np.ndarray, fmt: str, quality: int, protocol: str | None = None) -> None:
     from PIL import Image
 
     img = Image.fromarray(image)
     with atomic_path(path) as tmp:  # a temporary name of shiftbench's own, removed if the write fails
-        if fmt == "png":
-            img.save(tmp, format="PNG", compress_level=6)
-        else:
-            img.save(tmp, format="JPEG", quality=quality, subsampling=0)
+        img.save(tmp, **save_options(fmt, quality, protocol))
 
 
-def _encoded(image: np.ndarray, fmt: str, quality: int) -> bytes:
+def _encoded(image: np.ndarray, fmt: str, quality: int, protocol: str | None = None) -> bytes:
     """The bytes ``_encode`` would write, in memory (same encoder settings: a shard's PNG is the folder's PNG)."""
     import io
 
     from PIL import Image
 
     buf = io.BytesIO()
-    if fmt == "png":
-        Image.fromarray(image).save(buf, format="PNG", compress_level=6)
-    else:
-        Image.fromarray(image).save(buf, format="JPEG", quality=quality, subsampling=0)
+    Image.fromarray(image).save(buf, **save_options(fmt, quality, protocol))
     return buf.getvalue()
 
 
@@ -240,7 +298,7 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
     # the run kernel's loader, as evaluation reads (same per-sample generators, the same narrowing of a
     # failed batch); with on_error: skip a file that does not decode or a sample the shift fails on gets a
     # {"skipped": reason} record
-    loader = Loader(dataset, job.seed, job.on_error, "cpu", (), "generate", log_skips=False)
+    loader = Loader(dataset, job.seed, job.on_error, "cpu", (), "generate", log_skips=False, preprocess=job.preprocess)
     read = loader.read(job.indices)
     if shift.kind != "text":
         for x in read.samples:
@@ -253,12 +311,18 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
     indices, outs, params = batch.indices, batch.samples, batch.params
     items = [by_index[i] for i in indices]
     base = Path(job.out) / job.shift / str(job.severity)
-    suffix = ".png" if job.fmt == "png" else ".jpg"
+    suffix = SUFFIX[job.fmt]
+    relpath = protocol_relpath if job.protocol else output_relpath
+    encoding = format_label(job.fmt, job.jpeg_quality, job.protocol)
     for index, item, out, p in zip(indices, items, outs, params):
         record: dict[str, Any] = {
             "index": index, "id": item.id, "shift": job.shift, "severity": job.severity, "seed": job.seed,
             "config": shift.config, "params": p,
         }
+        if job.preprocess is not None:  # absent without one: records of earlier runs read the same
+            record["preprocess"] = job.preprocess.as_dict()
+        if job.protocol:
+            record["protocol"] = job.protocol
         source = dataset.source_path(index) if hasattr(dataset, "source_path") else None
         if source:
             record["source"] = str(source)
@@ -270,23 +334,23 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
         elif job.layout != "folder":  # the driver writes the shard once all of its samples are back
             from .shards import sample_key
 
-            record["_image"] = _encoded(out.image, job.fmt, job.jpeg_quality)
+            record["_image"] = _encoded(out.image, job.fmt, job.jpeg_quality, job.protocol)
             record["key"] = sample_key(item.id)
             if getattr(out, "label", None) is not None and int(out.label) >= 0:
                 record["label"] = int(out.label)
                 record["class_name"] = out.class_name
             if getattr(out, "caption", None):
                 record["caption"] = out.caption
-            record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
+            record["format"] = encoding
         else:
-            rel = output_relpath(dataset, index, suffix)
+            rel = relpath(dataset, index, suffix)
             path = base / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            _encode(path, out.image, job.fmt, job.jpeg_quality)
+            _encode(path, out.image, job.fmt, job.jpeg_quality, job.protocol)
             for source_file, target in (dataset.mirror_files(index) if hasattr(dataset, "mirror_files") else []):
                 _copy(source_file, base / target)  # the format's annotation files, unchanged
             record["output"] = f"{job.shift}/{job.severity}/{rel}"
-            record["format"] = job.fmt if job.fmt == "png" else f"jpeg (lossy, quality {job.jpeg_quality})"
+            record["format"] = encoding
         records.append(record)
     return sorted(records, key=lambda r: r["index"])
 
@@ -397,24 +461,14 @@ def _release(claim: _Claim) -> None:
 
 
 def generate(
-    dataset: str,
-    shifts: Sequence[str],
-    severities: Sequence[int],
-    out: str | os.PathLike,
-    workers: int = 1,
-    seed: int = 0,
-    limit: int | None = None,
-    fmt: str = "png",
-    jpeg_quality: int = 95,
-    shift_params: dict[str, Any] | None = None,
-    dataset_kwargs: dict[str, Any] | None = None,
-    progress: bool = False,
-    on_error: str = "fail",
-    engine: str = "local",
-    address: str | None = None,
-    shard_size: int = CHUNK,
-    layout: str = "folder",
-    shard_samples: int = 1000,
+    dataset: str, shifts: Sequence[str], severities: Sequence[int], out: str | os.PathLike,
+    workers: int = 1, seed: int = 0, limit: int | None = None, fmt: str = "png", jpeg_quality: int = 95,
+    shift_params: dict[str, Any] | None = None, dataset_kwargs: dict[str, Any] | None = None,
+    progress: bool = False, on_error: str = "fail", engine: str = "local", address: str | None = None,
+    shard_size: int = CHUNK, layout: str = "folder", shard_samples: int = 1000,
+    resize: int | None = None, crop: int | Sequence[int] | None = None, interpolation: str | None = None,
+    protocol: str | None = None, image_format: str | None = None, quality: int | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """Apply each shift at each severity to every sample of ``dataset``; see the module docstring.
 
@@ -425,25 +479,32 @@ def generate(
 
     ``layout``: ``"folder"`` (the mirrored tree above), ``"webdataset"`` (tar shards) or ``"parquet"``
     (Parquet files) of at most ``shard_samples`` samples each, with the manifest records inside; see
-    :mod:`shiftbench.engine.shards`. ``fmt`` (png or jpeg) is the image encoding in every layout.
+    :mod:`shiftbench.engine.shards`. ``image_format`` (png, jpeg or webp; ``fmt`` its older name) and ``quality``
+    (``jpeg_quality``) set the encoding in every layout; ``resize``, ``crop``, ``interpolation``, ``protocol``
+    and ``announce``: see the module docstring.
 
     Returns counts: ``written`` (outputs made now), ``skipped`` (already done by an earlier,
     interrupted run), ``total`` (manifest records) and ``unreadable`` (source files, and samples the
     shift failed on, left out by ``on_error="skip"``).
     """
     seed = check_seed(seed)  # the one seed domain (seeds.py); the manifest records this int
+    preprocess, fmt, jpeg_quality = _encoding_and_preprocess(protocol, resize, crop, interpolation, fmt, jpeg_quality,
+                                                             image_format, quality, layout)
     _check_options(engine, address, shard_size, fmt, layout, shard_samples)
     out = Path(out)
     shift_params = dict(shift_params or {})
     ds, dataset_kwargs = _open_source(dataset, dataset_kwargs, limit, on_error, out)
     n = len(ds)
     plan, uses_model, user_modules = _plan(ds, shifts, severities, shift_params)
-    _check_outputs_fit(ds, shifts, str(dataset), layout, fmt)
+    _check_outputs_fit(ds, shifts, str(dataset), layout, fmt, preprocess, protocol)
     base = base_of(ds)  # a limit wraps the reader; its screen saw every file
     unreadable = [{"source": name, "skipped": reason} for name, reason in getattr(base, "skipped", [])]
     config = _settings(str(dataset), dataset_kwargs, limit, seed, fmt, jpeg_quality, shift_params, layout,
-                       shard_samples)
+                       shard_samples, preprocess, protocol)
     folders = [name for name in shifts if _writes_files(name)]  # text shifts write none
+    if announce is not None and folders:
+        announce(expected_output(ds, plan, uses_model, shift_params, seed, preprocess, fmt, jpeg_quality, protocol,
+                                 on_error))
     claim = _claim_out(out, config, folders)
     try:
         done = _resume(out, folders)
@@ -451,7 +512,7 @@ def generate(
         todo, skipped = _todo(plan, sharded_plan, n, shard_samples, done, out)
         jobs = [_Job(str(dataset), dataset_kwargs, limit, name, shift_params, severity,
                      tuple(indices[start:start + shard_size]), seed, str(out), fmt, jpeg_quality, on_error,
-                     user_modules, layout if (name, severity) in sharded_plan else "folder")
+                     user_modules, layout if (name, severity) in sharded_plan else "folder", preprocess, protocol)
                 for name, severity, indices in todo for start in range(0, len(indices), shard_size)]
         classes = _class_lists(ds, out, layout, sharded_plan)
         # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
@@ -490,8 +551,8 @@ def _check_options(engine: str, address: str | None, shard_size: int, fmt: str, 
         check_reachable(address)  # before any work: a wrong address is one line in seconds
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ShiftbenchError(f"shard_size must be a positive int, got {shard_size!r}")
-    if fmt not in ("png", "jpeg"):
-        raise ShiftbenchError(f"format {fmt!r}: expected png or jpeg")
+    if fmt not in IMAGE_FORMATS:
+        raise ShiftbenchError(f"image format {fmt!r}: expected one of {', '.join(IMAGE_FORMATS)}")
     if layout not in LAYOUTS:
         raise ShiftbenchError(f"output format {layout!r}: expected one of {', '.join(LAYOUTS)}")
     if isinstance(shard_samples, bool) or not isinstance(shard_samples, int) or shard_samples < 1:
@@ -536,10 +597,20 @@ def _plan(ds: Any, shifts: Sequence[str], severities: Sequence[int],
     return plan, uses_model, user_modules
 
 
-def _check_outputs_fit(ds: Any, shifts: Sequence[str], dataset: str, layout: str, fmt: str) -> None:
+def _check_outputs_fit(ds: Any, shifts: Sequence[str], dataset: str, layout: str, fmt: str,
+                      preprocess: PreprocessSection | None = None, protocol: str | None = None) -> None:
     """Before any work: a shard layout holds no annotation files and no two samples share a shard key; a folder
-    run overwrites nothing and keeps what the annotations describe. Text shifts write no files."""
+    run overwrites nothing and keeps what the annotations describe, which preprocessing would not (the files
+    are copied as they are); a protocol's layout has a class folder and file name for every image. Text shifts
+    write no files."""
     if not any(_writes_files(name) for name in shifts):
+        return
+    if preprocess is not None and getattr(ds, "mirror_keeps", frozenset()):
+        raise ShiftbenchError(f"generate --resize/--crop: {dataset} has annotation files (boxes, masks) that generate "
+                              f"copies unchanged, so they would not match the resized images; preprocess it in a "
+                              f"run's spec instead (preprocess:), where the annotations follow the image")
+    if protocol is not None:
+        check_collisions(ds, SUFFIX[fmt], protocol_relpath)  # every image named, none overwritten
         return
     if layout != "folder":
         from .shards import check_keys
@@ -550,18 +621,113 @@ def _check_outputs_fit(ds: Any, shifts: Sequence[str], dataset: str, layout: str
         if layout == "webdataset":  # a member's name is the key; a Parquet row keeps the id itself, whatever it is
             check_keys(ds)  # before any work: two samples never share a shard key
     else:
-        check_collisions(ds, ".png" if fmt == "png" else ".jpg")  # before any work: never overwrite
+        check_collisions(ds, SUFFIX[fmt])  # before any work: never overwrite
         check_annotations_kept(ds, shifts, dataset)
 
 
 def _settings(dataset: str, dataset_kwargs: dict[str, Any], limit: int | None, seed: int, fmt: str,
-              jpeg_quality: int, shift_params: dict[str, Any], layout: str, shard_samples: int) -> dict[str, Any]:
+              jpeg_quality: int, shift_params: dict[str, Any], layout: str, shard_samples: int,
+              preprocess: PreprocessSection | None = None, protocol: str | None = None) -> dict[str, Any]:
     """The run's settings file (generate.json): a later run resumes only with equal settings."""
     config = {"dataset": dataset, "dataset_kwargs": dataset_kwargs, "limit": limit, "seed": seed,
               "format": fmt, "jpeg_quality": jpeg_quality if fmt == "jpeg" else None, "shift_params": shift_params}
+    if fmt == "webp":
+        config["quality"] = jpeg_quality
     if layout != "folder":  # a folder run's settings file stays as it was
         config.update(layout=layout, shard_samples=shard_samples)
+    # absent when unset, so that an earlier run's folder still resumes with the same options
+    if preprocess is not None:
+        config["preprocess"] = preprocess.as_dict()
+    if protocol is not None:
+        config["protocol"] = protocol
     return config
+
+
+def _encoding_and_preprocess(protocol: str | None, resize: Any, crop: Any, interpolation: Any, fmt: str,
+                             jpeg_quality: int, image_format: str | None, quality: int | None,
+                             layout: str) -> tuple[PreprocessSection | None, str, int]:
+    """The preprocessing, image format and quality a generate call asks for: a protocol's (PROTOCOLS), with
+    ``image_format`` and ``quality`` on top when given; else ``resize`` / ``crop`` / ``interpolation`` and the
+    format (``image_format``, or the older ``fmt``) with ``quality`` (or the older ``jpeg_quality``). Checked
+    with a spec's messages (``generate.resize: ...``)."""
+    from ..errors import SpecError
+
+    given = {k: v for k, v in (("resize", resize), ("crop", crop), ("interpolation", interpolation)) if v is not None}
+    if isinstance(given.get("crop"), tuple):
+        given["crop"] = list(given["crop"])
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
+            raise ShiftbenchError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        preset = PROTOCOLS[protocol]
+        def norm(key: str, value: Any) -> Any:  # a crop of 224 and of [224, 224] are the same
+            return ([value, value] if isinstance(value, int) else list(value)) if key == "crop" else value
+
+        for key, value in given.items():
+            if norm(key, value) != norm(key, preset[key]):
+                raise ShiftbenchError(f"--{key} {value}: the {protocol} protocol fixes --resize {preset['resize']} "
+                                      f"--crop {preset['crop']} --interpolation {preset['interpolation']}; drop --{key}, "
+                                      f"or drop --protocol and give all three")
+        if layout != "folder":
+            raise ShiftbenchError(f"--protocol {protocol} writes {protocol}'s folder layout; drop --format {layout}")
+        given = {"resize": preset["resize"], "crop": preset["crop"], "interpolation": preset["interpolation"]}
+        fmt, jpeg_quality = image_format or preset["image_format"], preset["quality"] if quality is None else quality
+    else:
+        fmt = image_format or fmt
+        jpeg_quality = jpeg_quality if quality is None else quality
+    try:
+        section = preprocess_section(given, "generate")
+    except SpecError as exc:
+        raise ShiftbenchError(str(exc)) from None
+    if isinstance(jpeg_quality, bool) or not isinstance(jpeg_quality, int) or not 1 <= jpeg_quality <= 100:
+        raise ShiftbenchError(f"quality {jpeg_quality!r}: expected an integer in 1..100")
+    return section, fmt, jpeg_quality
+
+
+def expected_output(ds: Any, plan: Sequence[tuple[str, int]], uses_model: dict[str, bool], shift_params: dict[str, Any],
+                    seed: int, preprocess: PreprocessSection | None, fmt: str, quality: int,
+                    protocol: str | None = None, on_error: str = "fail") -> str:
+    """One line saying, before any work, how many files the plan writes and about how many bytes: the first
+    sample, preprocessed, encoded under each shift at its middle planned severity (a shift that loads a model
+    is estimated by the clean image's encoding), times the samples and severities."""
+    files = [(name, severity) for name, severity in plan if _writes_files(name)]
+    severities: dict[str, list[int]] = {}
+    for name, severity in files:
+        severities.setdefault(name, []).append(severity)
+    # with on_error: fail a first image the preprocessing refuses (a crop larger than it) stops here, before any work
+    read = Loader(ds, seed, on_error, "cpu", (), "generate", log_skips=False, preprocess=preprocess).read([0])
+    first = read.samples[0] if read.samples else None
+    n_sev = len({severity for _, severity in files})
+    count = (f"{len(ds)} image(s) x {len(severities)} shift(s) x {n_sev} severit{'y' if n_sev == 1 else 'ies'} = "
+             f"{len(files) * len(ds)} files")
+    how = format_label(fmt, quality, protocol) + (f"; {preprocess.describe()}" if preprocess is not None else "")
+    if first is None:
+        return f"generate: {count} ({how}); size not estimated (the first image could not be read)"
+    clean = len(_encoded(first.image, fmt, quality, protocol))
+    total = 0
+    for name, sevs in severities.items():
+        size = clean
+        if not uses_model.get(name):
+            severity = sorted(sevs)[len(sevs) // 2]
+            shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
+            try:
+                out = Loader(ds, seed, "skip", "cpu", (), "generate", log_skips=False).shift(
+                    Condition(name, dict(shift_params), severity, shift), read)
+                if out.samples:
+                    size = len(_encoded(out.samples[0].image, fmt, quality, protocol))
+            except ShiftbenchError:
+                pass
+        total += size * len(sevs) * len(ds)
+    h, w = first.image.shape[:2]
+    return (f"generate: {count}, about {_human_bytes(total)} (estimated from the first image, {w}x{h}, encoded "
+            f"under each shift); {how}")
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
 
 
 def _resume(out: Path, folders: Sequence[str]) -> dict[tuple[str, int, int], dict]:
@@ -689,7 +855,7 @@ def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dic
                 record["output"] = rel
                 if layout == "parquet":
                     record["row"] = row
-            data = (webdataset_bytes(images, ".png" if fmt == "png" else ".jpg") if layout == "webdataset"
+            data = (webdataset_bytes(images, SUFFIX[fmt]) if layout == "webdataset"
                     else parquet_bytes(images, classes))
             write_atomic(out / rel, data)
             for record in images:

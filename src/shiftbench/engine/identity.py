@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..datasets.generated import generated_origin
 from ..files import write_atomic
 
 __all__ = ["file_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint", "dataset_fingerprint",
@@ -124,7 +125,9 @@ def model_fingerprint(model: Any) -> dict[str, Any]:
 def dataset_fingerprint(name: str, params: dict[str, Any], dataset: Any) -> dict[str, Any]:
     """A dataset's identity: its files (for a path and any path-valued parameter) and the sample ids
     the run reads; a registered dataset's own ``fingerprint()`` when it has one (built-in data is
-    versioned with shiftbench itself)."""
+    versioned with shiftbench itself); for a folder written by ``shiftbench generate``, ``generated``: the
+    shift and severity it was made under (``datasets.generated.generated_origin``), so that the report
+    labels the run's unshifted condition with them rather than as clean."""
     out: dict[str, Any] = {"name": name}
     own = getattr(dataset, "fingerprint", None)
     if callable(own):
@@ -137,6 +140,9 @@ def dataset_fingerprint(name: str, params: dict[str, Any], dataset: Any) -> dict
             fp = None
         if fp is not None:
             out[key] = fp
+        origin = generated_origin(value) if str(value) and "generated" not in out else None
+        if origin is not None:  # a generate output read back: the shift and severity its images were made under
+            out["generated"] = origin
     ids = hashlib.sha256("\n".join(str(dataset.sample_id(i)) for i in range(len(dataset))).encode())
     out["samples"] = len(dataset)
     out["sample_ids"] = ids.hexdigest()

@@ -99,7 +99,7 @@ class Plan:
         """The run's batch loader (the spec's seed, ``on_error`` and pixel mode; ``step`` names the step
         in a failure's message)."""
         return Loader(self.dataset, self.spec.seed, self.spec.on_error, self.spec.engine.pixels or "auto",
-                      list(self.models.values()), step)
+                      list(self.models.values()), step, preprocess=self.spec.preprocess)
 
     def identity(self) -> dict[str, Any]:
         """What besides the spec decides the numbers (engine/identity.py): version, weights, data, ids."""
@@ -306,12 +306,17 @@ class Loader:
     condition (``Batch.skipped``). ``pixels``: the pixel mode (engine/pixels.py); when a condition's
     corruption runs on the models' device the batch carries its clean samples and a :class:`DeviceBatch`.
     ``step`` names the step in a failure's message (``"evaluate: shift 'fog' (severity 3) failed on sample
-    ..."``); ``log_skips``: a warning per sample the shift fails on (generate says it its own way)."""
+    ..."``); ``log_skips``: a warning per sample the shift fails on (generate says it its own way).
+    ``preprocess``: the spec's ``preprocess:`` section (anything with ``apply(sample)``), applied to every
+    sample right after it is read, before any shift (datasets/preprocess.py); a sample it refuses (a crop
+    larger than the image) is an unreadable one: it stops the run, or with ``"skip"`` is left out."""
 
     def __init__(self, dataset: Any, seed: int, on_error: str = "fail", pixels: str = "auto",
-                 models: Sequence[Any] = (), step: str = "evaluate", log_skips: bool = True):
+                 models: Sequence[Any] = (), step: str = "evaluate", log_skips: bool = True,
+                 preprocess: Any = None):
         self.dataset, self.seed, self.on_error, self.pixels = dataset, seed, on_error, pixels
         self.models, self.step, self.log_skips = list(models), step, log_skips
+        self.preprocess = preprocess
 
     def n_batches(self, batch_size: int, limit: int | None = None) -> int:
         n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
@@ -332,14 +337,16 @@ class Loader:
         return self.shift(cond, self.read(indices))
 
     def read(self, indices: Iterable[int]) -> Batch:
-        """The samples at ``indices`` as they are (clean); with ``on_error: skip`` a file that does not
-        decode is left out, else its one-line error stops the run."""
+        """The samples at ``indices`` as they are (clean; preprocessed when the run preprocesses); with
+        ``on_error: skip`` a file that does not decode is left out, else its one-line error stops the run."""
         from ..errors import ImageError
 
         out = Batch([], [])
         for i in indices:
             try:
                 sample = self.dataset.load(i)
+                if self.preprocess is not None:  # before any shift: every step sees the same pixels
+                    sample = self.preprocess.apply(sample)
             except ImageError as exc:  # decodes badly although its header passed the reader's screen
                 if self.on_error != "skip":
                     raise

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..console import plural
 from ..errors import ShiftbenchError, SpecError
 from ..metrics.retrieval import RECALL_KS, recall_at_k
 from ..registry import METRICS, MODELS
@@ -276,6 +277,11 @@ def setup_retrieval(spec: Spec, given_models: dict[str, Any] | None = None) -> R
             raise ShiftbenchError(f"model {m.name!r} is not a retriever")
         models[m.label] = model
     metric_names = list(spec.metrics)
+    if not metric_names:  # a spec without metrics: the retrieval task's defaults (recall, recall_subset, rank)
+        from ..tasks import task_of
+
+        first = next(iter(models.values()))
+        metric_names = list(task_of(first, next(iter(models)), runner="retrieval").metrics_for(first))
     for name in metric_names:
         metric = METRICS.create(name)
         try:
@@ -472,7 +478,8 @@ def run_retrieval(spec: Spec, store: Store, run_id: str | None = None, progress:
                         on_batch(m, b)
             for m, saved in pending.items():
                 finisher.complete(m, ci, saved)
-            say(f"{cond.shift_name} s{cond.severity}: {len(pending)} retrievers in {time.perf_counter() - t0:.1f} s")
+            say(f"{cond.shift_name} s{cond.severity}: {plural(len(pending), 'retriever')} in "
+                f"{time.perf_counter() - t0:.1f} s")
     finisher.close()
     store.finish_run(run_id)
     return store.rows(run_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..console import plural
 from ..errors import ShiftbenchError
 from .spec import Spec
 
@@ -91,5 +92,6 @@ def select_ids(dataset, path: Path, index: dict[str, int] | None = None):
         index = unique_ids(dataset, "dataset")
     missing = [w for w in wanted if w not in index]
     if missing:
-        raise ShiftbenchError(f"{path}: {len(missing)} ids are not in the dataset (first: {missing[:3]})")
+        raise ShiftbenchError(f"{path}: {plural(len(missing), 'id')} {'is' if len(missing) == 1 else 'are'} not in the "
+                              f"dataset (first: {missing[:3]})")
     return Subset(dataset, [index[w] for w in wanted])

@@ -144,7 +144,9 @@ def parquet_bytes(records: Sequence[dict[str, Any]], classes: Sequence[str] | No
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ShiftbenchError("generate --format parquet needs pyarrow: pip install 'shiftbench[stream]'") from None
+        from ..install import install_command
+
+        raise ShiftbenchError(f"generate --format parquet needs pyarrow: {install_command('stream')}") from None
     features: dict[str, Any] = {"image": {"_type": "Image"}, "label": {"_type": "Value", "dtype": "int64"},
                                 "class_name": {"_type": "Value", "dtype": "string"},
                                 "id": {"_type": "Value", "dtype": "string"},

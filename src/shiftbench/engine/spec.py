@@ -21,7 +21,7 @@ from ..metrics.quality import QUALITY_METRICS
 from ..seeds import check_seed
 
 __all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "QualitySection", "CurateSection",
-           "AnalysisSection", "load_spec"]
+           "AnalysisSection", "PreprocessSection", "preprocess_section", "load_spec"]
 
 TOP_KEYS = {
     "name": "a short name for the run",
@@ -29,8 +29,9 @@ TOP_KEYS = {
     "dataset": "registered dataset name or path",
     "dataset_params": "keyword arguments of the dataset",
     "models": "list of model names or {name, params}",
-    "shifts": "list of shift names or {name, severities, params}; each (shift, params, severity) once",
-    "metrics": "list of metric names",
+    "shifts": "list of shift names or {name, severities, params}; each (shift, params, severity) once; a bare name "
+              "runs the shift's default severity where it has one (backgrounds: 5), else all its severities",
+    "metrics": "list of metric names (default: each model's task's, e.g. top1 and ece for classifiers)",
     "seed": "integer seed, 0 <= seed < 2**63 (default 0)",
     "limit": "use only the first N samples",
     "batch_size": "images per model call (default 32)",
@@ -48,6 +49,14 @@ TOP_KEYS = {
               "or {models, min_mask_fraction}; applied after ids and limit",
     "analysis": "why models fail, stored with the run and drawn by the report: true, or {views, samples, limit, "
                 "models, target} (Grad-CAM grids, background reliance, a t-SNE of the features)",
+    "preprocess": "resize and crop every sample before any shift, its masks and boxes following: {resize, "
+                  "interpolation, crop} (ImageNet's: resize 256, crop 224); part of the run's identity",
+}
+PREPROCESS_KEYS = {
+    "resize": "the shorter side in pixels, the longer one int(resize * long / short) (torchvision's Resize(int))",
+    "interpolation": "the resize's filter, computed by Pillow: bilinear (default), bicubic, nearest, area (Pillow's "
+                     "BOX) or lanczos; masks always take nearest",
+    "crop": "centre crop after the resize: a size or [height, width] (torchvision's CenterCrop)",
 }
 ANALYSIS_KEYS = {
     "views": "any of gradcam, reliance, embedding (default: all three)",
@@ -200,6 +209,39 @@ class AnalysisSection(_Section):
     target: str = "predicted"  # the class Grad-CAM explains: predicted or label
 
 
+@dataclass(frozen=True)
+class PreprocessSection(_Section):
+    """The spec's ``preprocess:`` section: every sample resized and centre-cropped before any shift, its masks
+    and boxes following (datasets/preprocess.py); the kernel's loader applies it right after reading.
+
+    >>> PreprocessSection(resize=256, crop=(224, 224)).as_dict()
+    {'resize': 256, 'interpolation': 'bilinear', 'crop': [224, 224]}
+    """
+
+    resize: int | None = None  # the shorter side in pixels (None: the size is kept)
+    interpolation: str | None = "bilinear"  # the resize's Pillow filter (None without a resize)
+    crop: tuple[int, int] | None = None  # (height, width) of the centre crop (None: no crop)
+
+    def transform(self) -> Any:
+        """The pure transform (``datasets.preprocess.Preprocessing``) this section describes."""
+        from ..datasets.preprocess import Preprocessing
+
+        return Preprocessing(self.resize, self.crop, self.interpolation or "bilinear")
+
+    def apply(self, sample: Any) -> Any:
+        """``sample`` resized and cropped, its annotations following."""
+        return self.transform().apply(sample)
+
+    def describe(self) -> str:
+        """One line for people: ``resize shorter side to 256 (bilinear, Pillow), centre crop 224x224``."""
+        parts = []
+        if self.resize is not None:
+            parts.append(f"resize shorter side to {self.resize} ({self.interpolation}, Pillow)")
+        if self.crop is not None:
+            parts.append(f"centre crop {self.crop[0]}x{self.crop[1]}")
+        return ", then ".join(parts)
+
+
 @dataclass
 class Spec:
     """A validated benchmark spec. ``raw`` is the normalised dict that identifies the run."""
@@ -223,6 +265,7 @@ class Spec:
     quality: QualitySection | None = None
     curate: CurateSection | None = None
     analysis: AnalysisSection | None = None
+    preprocess: PreprocessSection | None = None
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -281,6 +324,9 @@ class Spec:
             **({"curate": self.curate.as_dict()} if self.curate else {}),
             # the analysis section decides the stored analysis views: part of the identity, absent when unset
             **({"analysis": self.analysis.as_dict()} if self.analysis else {}),
+            # preprocessing decides every pixel a model and a shift see: part of the identity, absent when
+            # unset so that specs without one keep their run ids
+            **({"preprocess": self.preprocess.as_dict()} if self.preprocess else {}),
         }
 
 
@@ -382,6 +428,43 @@ def _parse_curate(value: Any, source: str | None) -> CurateSection | None:
     return CurateSection(tuple(models) if models else None, None if fraction is None else float(fraction))
 
 
+def _parse_preprocess(value: Any, source: str | None) -> PreprocessSection | None:
+    """``preprocess: {resize, interpolation, crop}``, checked and normalised (the crop as [height, width], the
+    interpolation filled in with a resize), so that equal preprocessing written two ways is one run."""
+    return preprocess_section(value, _where(source, "preprocess"))
+
+
+def preprocess_section(value: Any, where: str = "preprocess") -> PreprocessSection | None:
+    """A ``preprocess:`` mapping (from a spec, or ``generate``'s ``--resize``/``--crop``/``--interpolation``
+    gathered into one) checked into a :class:`PreprocessSection`; None when it sets nothing. Errors are one line
+    naming ``where.key``."""
+    from ..datasets.preprocess import INTERPOLATIONS
+
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping with keys {', '.join(PREPROCESS_KEYS)}; got {value!r}")
+    _known_keys(value, list(PREPROCESS_KEYS), lambda key: f"{where}.{key}")
+    resize, crop, interpolation = value.get("resize"), value.get("crop"), value.get("interpolation")
+    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
+        raise SpecError(f"{where}.resize: expected a positive integer (the shorter side in pixels), got {resize!r}")
+    if interpolation is not None:
+        if resize is None:
+            raise SpecError(f"{where}.interpolation: only a resize takes it; add resize: (the shorter side in pixels)")
+        if interpolation not in INTERPOLATIONS:
+            raise SpecError(f"{where}.interpolation: unknown interpolation {interpolation!r}"
+                            f"{_suggest(str(interpolation), list(INTERPOLATIONS))}; choose from {', '.join(INTERPOLATIONS)}")
+    if crop is not None:
+        size = [crop, crop] if isinstance(crop, int) and not isinstance(crop, bool) else crop
+        if (not isinstance(size, (list, tuple)) or len(size) != 2
+                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size)):
+            raise SpecError(f"{where}.crop: expected a positive integer or [height, width], got {crop!r}")
+        crop = (int(size[0]), int(size[1]))
+    if resize is None and crop is None:
+        return None
+    return PreprocessSection(resize, (interpolation or "bilinear") if resize is not None else None, crop)
+
+
 def _parse_engine(value: Any, source: str | None) -> EngineSection:
     """``engine: ray`` or ``engine: {name: ray, address: HOST:PORT, workers: N, shard_size: N, pixels}``."""
     if value is None:
@@ -480,9 +563,12 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     if not isinstance(spec, dict):
         raise SpecError(f"{source or 'spec'}: the spec must be a mapping of keys to values, got {type(spec).__name__}")
     _known_keys(spec, TOP_KEYS, lambda key: _where(source, str(key)))
-    for key in ("dataset", "models", "shifts", "metrics"):
+    for key in ("dataset", "models", "shifts"):
         if key not in spec or spec[key] in (None, [], ""):
-            raise SpecError(f"{_where(source, key)}: missing (required: dataset, models, shifts, metrics)")
+            raise SpecError(f"{_where(source, key)}: missing (required: dataset, models, shifts)")
+    if spec.get("metrics") in ([], ""):  # left out (or null) means the task's defaults; an empty list says nothing
+        raise SpecError(f"{_where(source, 'metrics')}: empty; list metric names, or leave metrics out for each "
+                        "task's defaults")
 
     dataset = spec["dataset"]
     if not isinstance(dataset, str):
@@ -500,7 +586,9 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         shifts.insert(0, ShiftSpec("clean", (0,), {}))
     else:
         shifts.sort(key=lambda s: s.name != "clean")
-    metrics = _as_list(spec, "metrics", source)
+    # no metrics: the models' task's defaults, chosen when the models are loaded (engine/evaluate.py) and
+    # written into the spec the run is identified by, as if the spec had listed them
+    metrics = _as_list(spec, "metrics", source) if spec.get("metrics") is not None else []
     for i, m in enumerate(metrics):
         if not isinstance(m, str):
             raise SpecError(f"{_where(source, f'metrics[{i}]')}: expected a metric name, got {m!r}")
@@ -526,6 +614,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     quality = _parse_quality(spec.get("quality"), source)
     curate = _parse_curate(spec.get("curate"), source)
     analysis = _parse_analysis(spec.get("analysis"), source)
+    preprocess = _parse_preprocess(spec.get("preprocess"), source)
 
     result = Spec(
         dataset=dataset, models=models, shifts=shifts, metrics=list(metrics), seed=seed, limit=limit,
@@ -533,6 +622,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
         label_map=label_map, engine=engine, quality=quality, curate=curate, analysis=analysis,
+        preprocess=preprocess,
     )
     if check_names:
         _check_names(result, source)
@@ -717,8 +807,11 @@ def _check_names(spec: Spec, source: str | None) -> None:
             raise SpecError(f"{where}.params: {exc}") from None
         lo, hi = shift.severities
         severities = s.severities
-        if not severities:  # a bare name: all severities of a graded shift, the only one otherwise
-            severities = tuple(range(lo, hi + 1))
+        if not severities:  # a bare name: the shift's published default severity where it declares one (the
+            # background shifts: 5, full replacement as in ObjectCompose), else all severities of a graded shift
+            # (a corruption: 1-5, as ImageNet-C), the only one otherwise
+            default = getattr(shift, "default_severity", None)
+            severities = (int(default),) if default is not None and lo <= default <= hi else tuple(range(lo, hi + 1))
         bad = [v for v in severities if not lo <= v <= hi]
         if bad:
             raise SpecError(f"{where}.severities: {bad} outside {lo}..{hi} for shift {s.name!r}")

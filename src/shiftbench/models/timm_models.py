@@ -72,7 +72,9 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", pretrained:
         import timm
         import timm.data
     except ImportError as exc:
-        raise ShiftbenchError(f"timm: models need timm (and torchvision): pip install 'shiftbench[timm]' ({exc})") from None
+        from ..install import install_command
+
+        raise ShiftbenchError(f"timm: models need timm (and torchvision): {install_command('timm')} ({exc})") from None
     if not source:
         raise ShiftbenchError("timm: needs a model name or folder, e.g. timm:resnet50.a1_in1k")
     name = source

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..console import plural
 from ..errors import ShiftbenchError
 from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
 from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
@@ -30,7 +31,7 @@ from .headline import headline, headline_table, order_tables
 from .tables import CLEAN, Table, build_tables, condition_label, to_csv_rows, to_latex, to_markdown
 
 from .analysis import analysis_blocks, analysis_figures
-from .stats import Uncertainty
+from .stats import NOISE_RULE, Uncertainty
 
 REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
 log = logging.getLogger("shiftbench.report")
@@ -100,17 +101,16 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
     sections = []
     for i, (run, rows, predictions, thumbs, quality, samples) in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
-        preferred = list(run["spec"].get("metrics") or [])
-        main_rows = [r for r in rows if _in_main_grid(r["metric"])]
-        tables = order_tables(build_tables(main_rows, preferred), preferred)
+        preferred, main_rows, tables, unc = _main_tables(run, rows, samples)
         detail = order_tables(build_tables(main_rows, preferred, per_severity=True), preferred)
-        unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
+        for t in detail:
+            t.baseline = generated_baseline(run) or CLEAN
         if unc is not None:
-            for t in tables + detail:
+            for t in detail:
                 unc.annotate(t)
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
-        summaries = _summaries(out, rows, prefix, quality, unc)
+        summaries = _summaries(out, rows, prefix, quality, unc, curated=bool(run.get("curation")))
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         if run.get("analysis"):
             blocks = analysis_blocks(run["analysis"], seed=int(run.get("seed") or 0))
@@ -122,9 +122,9 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
                                   "blocks": blocks})
             figures += analysis_figures(run["analysis"], out, prefix, _save)
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
-        head = headline(rows, tables, preferred, unc)
-        if head is not None and run.get("curation"):
-            head["note"] = curation_text(run["curation"]) + " " + head["note"]
+        for g in grids:  # a generated folder's unshifted column is the shift it was made under, not clean
+            g["columns"] = [(generated_baseline(run) or CLEAN) if c == CLEAN else c for c in g["columns"]]
+        head = _run_headline(run, rows, tables, preferred, unc)
         sections.append({"run": run, "rows": rows, "n": i + 1,
                          "headline": head,
                          "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
@@ -132,6 +132,54 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
                          "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
     (out / "report.html").write_text(_render(sections), encoding="utf-8")
+
+
+def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict] | None,
+                 headline_only: bool = False) -> tuple[list[str], list[dict[str, Any]], list[Table], Uncertainty | None]:
+    """A run's main tables as the report shows them: the spec's metric order, the main grid's rows, one table
+    per metric (with its CIs when the store has per-sample values; ``headline_only``: only the headline's
+    metric, all the headline reads, each interval being seeded on its own) and the Uncertainty behind them."""
+    preferred = list(run["spec"].get("metrics") or [])
+    main_rows = [r for r in rows if _in_main_grid(r["metric"])]
+    tables = order_tables(build_tables(main_rows, preferred), preferred)
+    for t in tables:
+        t.baseline = generated_baseline(run) or CLEAN
+    unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
+    if unc is not None:
+        main = headline_table(tables, preferred)
+        for t in tables:
+            if not headline_only or t is main:
+                unc.annotate(t)
+    return preferred, main_rows, tables, unc
+
+
+def _run_headline(run: dict[str, Any], rows: list[dict[str, Any]], tables: list[Table], preferred: list[str],
+                  unc: Uncertainty | None) -> dict[str, Any] | None:
+    """The headline of a run (report/headline.py) with what the report says above it (the curation; what a
+    folder written by generate holds)."""
+    baseline = generated_baseline(run)
+    head = headline(rows, tables, preferred, unc, baseline=baseline or CLEAN)
+    if head is not None and baseline:
+        head["note"] = generated_text(run) + " " + head["note"]
+    if head is not None and run.get("curation"):
+        head["note"] = curation_text(run["curation"]) + " " + head["note"]
+    return head
+
+
+def run_headline(store: str | os.PathLike, run_id: str | None = None) -> dict[str, Any] | None:
+    """The headline of one run of ``store`` (default: the latest), the very one its report shows, from the
+    store alone (``shiftbench evaluate`` prints it when the run ends; report/terminal.py draws it); None for
+    a run without results."""
+    with Store(store, create=False) as db:
+        run = db.run(run_id)
+        rows = db.rows(run["run_id"])
+        if not rows:
+            return None
+        with db.reading("an artifact of run " + repr(run["run_id"])):
+            run = {**run, "curation": stored_curation(db, run["run_id"])}
+            samples = db.samples(run["run_id"])
+    preferred, _, tables, unc = _main_tables(run, rows, samples, headline_only=True)
+    return _run_headline(run, rows, tables, preferred, unc)
 
 
 def _earlier_report(out: Path) -> set[str]:
@@ -208,11 +256,49 @@ def curation_text(curation: dict[str, Any]) -> str:
             f"{every}{models} classifies correctly on clean{extra}; every condition is scored on these samples only.")
 
 
+def preprocess_text(section: dict[str, Any] | None) -> str | None:
+    """The spec's ``preprocess:`` section in words (None without one): ``resize shorter side to 256
+    (bilinear, Pillow), then centre crop 224x224``."""
+    if not section:
+        return None
+    parts = []
+    if section.get("resize") is not None:
+        parts.append(f"resize shorter side to {section['resize']} ({section.get('interpolation') or 'bilinear'}, Pillow)")
+    if section.get("crop") is not None:
+        crop = section["crop"]
+        parts.append(f"centre crop {crop[0]}x{crop[1]}" if isinstance(crop, (list, tuple)) else f"centre crop {crop}")
+    return ", then ".join(parts) + " (before any shift; masks and boxes follow)"
+
+
+def generated_baseline(run: dict[str, Any]) -> str | None:
+    """For a run whose data is a folder written by ``shiftbench generate`` (its dataset identity has
+    ``generated``, datasets/generated.py): the label of its unshifted condition, the shift and severity its
+    images were made under ('fog s3 (generated)'); None for any other run."""
+    origin = ((run.get("identity") or {}).get("dataset") or {}).get("generated")
+    if not origin:
+        return None
+    return f"{condition_label(origin['shift'], origin.get('params') or {})} s{origin['severity']} (generated)"
+
+
+def generated_text(run: dict[str, Any]) -> str:
+    """One sentence saying what a generated folder's "clean" condition is (see :func:`generated_baseline`)."""
+    origin = run["identity"]["dataset"]["generated"]
+    made = ", ".join(x for x in (f"seed {origin['seed']}" if origin.get("seed") is not None else "",
+                                 f"from {origin['source']}" if origin.get("source") else "",
+                                 f"protocol {origin['protocol']}" if origin.get("protocol") else "") if x)
+    return (f"The data of this run is a folder written by shiftbench generate under {origin['shift']} at severity "
+            f"{origin['severity']}{f' ({made})' if made else ''}: what the run read unshifted is labelled "
+            f"{generated_baseline(run)}, not clean, and every change in brackets is against it.")
+
+
 def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
-    """Provenance lines for what decided the numbers besides the spec: each model's weights, the
-    dataset's fingerprint, the ids file, and the files a reader skipped (on_error: skip)."""
+    """Provenance lines for what decided the numbers besides the spec: the preprocessing, each model's
+    weights, the dataset's fingerprint, the ids file, and the files a reader skipped (on_error: skip)."""
     identity = run.get("identity") or {}
     lines = []
+    preprocessing = preprocess_text((run.get("spec") or {}).get("preprocess"))
+    if preprocessing:
+        lines.append(("preprocessing", preprocessing))
     for name, model in sorted((identity.get("models") or {}).items()):
         digest = model.get("weights")
         if digest:
@@ -230,6 +316,10 @@ def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
     if identity.get("ids"):
         ids = identity["ids"]
         lines.append(("ids file", f"sha256 {ids['sha256'][:16]}…" if isinstance(ids, dict) and "sha256" in ids else str(ids)))
+    if generated_baseline(run):
+        origin = identity["dataset"]["generated"]
+        lines.append(("made by shiftbench generate", generated_text(run)
+                      + ("" if origin.get("complete", True) else " Its manifest is not final: generate did not finish.")))
     skipped = run.get("skipped") or []
     if skipped:
         shown = "; ".join(f"{s['file']} ({s['reason']})" for s in skipped[:10])
@@ -250,7 +340,8 @@ def _times(run: dict[str, Any]) -> dict[str, str]:
 
 
 def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
-               quality: list[dict[str, Any]] | None = None, unc: Uncertainty | None = None) -> list[dict[str, Any]]:
+               quality: list[dict[str, Any]] | None = None, unc: Uncertainty | None = None,
+               curated: bool = False) -> list[dict[str, Any]]:
     """Task-specific summaries (Pascal-EA, ObjectCompose families, composed retrieval) as structured blocks
     (report.blocks: ``{"title", "id", "blocks"}``); their ``.md`` files are the Markdown export of the same
     blocks, so the HTML never receives Markdown."""
@@ -263,7 +354,7 @@ def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
     if write_pascal_ea(out / tag if prefix else out, rows, quality or []) is not None:
         found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
                       "blocks": pascal_blocks(rows, quality or [])})
-    oc = _write_objectcompose(out, rows, prefix, unc)
+    oc = _write_objectcompose(out, rows, prefix, unc, curated)
     if oc:
         found.append({"title": "ObjectCompose summary", "id": f"{tag}-objectcompose".lstrip("-"), "blocks": oc})
     if any(r["metric"].startswith("R@") for r in rows):
@@ -357,13 +448,14 @@ def _cell_title(t: Table, row: str, model: str, counts: dict | None = None) -> s
     if low is not None and high is not None:
         parts.append(f"95% CI [{t.fmt(low)}, {t.fmt(high)}]")
     dlow, dhigh = getattr(cell, "delta_low", None), getattr(cell, "delta_high", None)
+    test = getattr(cell, "test", None) or "paired test"
     if row != CLEAN and dlow is not None and dhigh is not None:
-        parts.append(f"change 95% CI [{t.fmt(dlow, signed=True)}, {t.fmt(dhigh, signed=True)}]")
+        parts.append(f"change 95% CI [{t.fmt(dlow, signed=True)}, {t.fmt(dhigh, signed=True)}] ({test})")
     p = getattr(cell, "p_value", None)
     if row != CLEAN and p is not None:
-        parts.append(f"p = {p:.3g} against clean")
+        parts.append(f"p = {p:.3g} against clean ({test})")
     if row != CLEAN and getattr(cell, "noise", None):
-        parts.append("≈ within noise")
+        parts.append("≈ within noise (p >= 0.05)")
     return "; ".join(parts)
 
 
@@ -392,11 +484,11 @@ def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None 
         n_line = f"n = {next(iter(ns.values()))} samples per condition and model (clean)"
     else:
         n_line = "n per condition (clean): " + ", ".join(f"{m} {v}" for m, v in ns.items()) if ns else ""
-    rows = [{"label": row, "cls": "clean" if row == CLEAN else "",
+    rows = [{"label": t.label(row), "cls": "clean" if row == CLEAN else "",
              "cells": [_cell_view(t, row, m, counts) for m in t.columns()]} for row in t.rows]
     shifted = [t.cells[(r, "mean")].delta for r in t.rows if r != CLEAN and (r, "mean") in t.cells
                and t.cells[(r, "mean")].delta is not None]
-    gist = f"{len(t.rows)} conditions × {len(t.models)} model{'s' if len(t.models) != 1 else ''}"
+    gist = f"{plural(len(t.rows), 'condition')} × {plural(len(t.models), 'model')}"
     if shifted:
         gist += f"; mean change against clean {t.fmt(sum(shifted) / len(shifted), signed=True)}"
         worst = (min if t.higher_is_better else max)(shifted)
@@ -447,12 +539,13 @@ def _block_cell(cell: Any) -> dict[str, str]:
 
 # -- tables ---------------------------------------------------------------------------------------
 def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "",
-                         unc: Uncertainty | None = None) -> list[dict[str, Any]] | None:
+                         unc: Uncertainty | None = None, curated: bool = False) -> list[dict[str, Any]] | None:
     """objectcompose.{md,json} (background runs only): each prompt family's mean and worst condition with
-    its change against clean (shifted - clean) and the paper's ordering; returns the summary's blocks."""
+    its change against clean (shifted - clean) and the paper's ordering, the paper's values beside ours when
+    the run follows its protocol (``curated`` is part of it); returns the summary's blocks."""
     from .objectcompose import blocks_from_summary, summarise, to_markdown
 
-    summary = summarise(rows, unc=unc)
+    summary = summarise(rows, unc=unc, curated=curated)
     if not summary["families"]:
         return None
     (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -464,15 +557,16 @@ def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: s
     ns = sorted({c.n for t in tables for c in t.cells.values()})
     n = "not recorded" if not ns else str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     md = ["# Results", "", "Each cell: the metric under the condition and, in brackets, its change against clean "
-          f"(shifted minus clean). n = {n} samples per condition and model; ≈ marks a change within noise (its "
-          f"paired 95% bootstrap CI contains 0); the 95% CIs and p-values are in {prefix}tables.csv.", ""]
+          f"(shifted minus clean). n = {n} samples per condition and model; ≈ marks a change within noise: "
+          f"p >= 0.05 in its paired test ({NOISE_RULE}); the 95% CIs, p-values and each cell's test are in "
+          f"{prefix}tables.csv.", ""]
     md += [to_markdown(t) for t in tables]
     md += ["", "## Per severity", ""] + [to_markdown(t) for t in detail]
     (out / f"{prefix}tables.md").write_text("\n".join(md), encoding="utf-8")
     with open(out / f"{prefix}tables.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "condition", "model", "value", "change_vs_clean", "n", "ci_low", "ci_high",
-                         "change_ci_low", "change_ci_high", "p_value", "within_noise"])
+                         "change_ci_low", "change_ci_high", "p_value", "within_noise", "test"])
         for t in detail:
             writer.writerows(to_csv_rows(t))
     (out / f"{prefix}tables.tex").write_text("\n".join(to_latex(t) for t in tables), encoding="utf-8")

@@ -1,10 +1,13 @@
 """The report's headline: one line per model with the numbers people cite (RobustBench-style), from store rows.
 
-Per run and model: the clean score of the headline metric, the mean under the ImageNet-C corruptions with
-mCE and relative mCE (top-1 runs), each ObjectCompose background family with the controls and the attacks
-in their own columns, each Pascal-EA attribute family, and for composed retrieval the mean gamma@10 over
-image shifts (severity 5) and text shifts (severity 3). Every change is shifted minus clean; every number
-carries its n, and with an :class:`Uncertainty` its 95% CI and a noise mark.
+Per run and model: the clean score of the headline metric, the mean of the k ImageNet-C corruptions the
+run has, with mCE and relative mCE only when it has the whole protocol (all 15 corruptions at severities
+1-5, top-1: :func:`imagenet_c_coverage`; otherwise the note says why there is none), each ObjectCompose
+background family grouped by what it is (natural scenes, synthetic colour and texture backgrounds, custom
+prompts) with the controls and the attacks in their own groups, each Pascal-EA attribute family, and for
+composed retrieval the mean gamma@10 over image shifts (severity 5) and text shifts (severity 3). Every
+change is shifted minus clean; every number carries its n, and with an :class:`Uncertainty` its 95% CI,
+its p-value and its noise mark, all three from one test named in the cell (``report.stats``).
 
 Pure functions over rows and tables (no I/O); the HTML template renders the returned dicts as they are.
 """
@@ -15,15 +18,19 @@ import math
 import re
 from typing import Any, Iterable, Sequence
 
+from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
 from ..results.store import params_key
+from .objectcompose import (ATTACKS, CONTROLS, CUSTOM_FAMILIES, NATURAL_FAMILIES, ROLE_GROUPS, SYNTHETIC_FAMILIES,
+                            family_of, role_of)
 from .tables import CLEAN, Table
 
-__all__ = ["natural_key", "order_tables", "headline_table", "headline", "NATURAL_FAMILIES", "CONTROLS", "ATTACKS"]
+__all__ = ["natural_key", "order_tables", "headline_table", "headline", "imagenet_c_coverage", "NATURAL_FAMILIES",
+           "SYNTHETIC_FAMILIES", "CONTROLS", "ATTACKS"]
 
-# ObjectCompose families: natural backgrounds, then the two masking controls and the attack, never mixed
-NATURAL_FAMILIES = ("class_label", "caption", "scene", "mixed_same", "mixed_rand", "color", "texture", "custom")
-CONTROLS = ("object_only", "background_only")
-ATTACKS = ("adversarial",)
+# ObjectCompose families in the headline's order: natural scenes, synthetic (colour, texture) backgrounds,
+# custom prompts, then the two masking controls and the attack, never mixed (report.objectcompose's roles)
+_FAMILY_COLUMNS = (*NATURAL_FAMILIES, *SYNTHETIC_FAMILIES, *CUSTOM_FAMILIES, *CONTROLS, *ATTACKS)
+SEVERITIES_C = (1, 2, 3, 4, 5)  # ImageNet-C's severities: mCE sums a corruption's errors over all five
 _FIXED_ORDER = ("top1", "top5", "ece", "text_similarity", "miou", "foreground_iou", "box_ap", "mask_ap")
 
 
@@ -92,16 +99,17 @@ def _cell(value: float | None, *, percent: bool, n: int | None, what: str, delta
     if stats and stats.get("low") is not None and stats.get("high") is not None:
         ci = f"[{_fmt(stats['low'], percent)}, {_fmt(stats['high'], percent)}]"
         title.append(f"95% bootstrap CI of the value {ci}")
+    test = (stats or {}).get("test") or "paired test"
     if stats and stats.get("delta_low") is not None and stats.get("delta_high") is not None:
-        title.append(f"95% paired-bootstrap CI of the change [{_fmt(stats['delta_low'], percent, True)}, "
-                     f"{_fmt(stats['delta_high'], percent, True)}]")
+        title.append(f"95% CI of the change [{_fmt(stats['delta_low'], percent, True)}, "
+                     f"{_fmt(stats['delta_high'], percent, True)}] ({test})")
     if stats and stats.get("p_value") is not None:
-        title.append(f"p = {stats['p_value']:.3g} (paired, against clean)")
+        title.append(f"p = {stats['p_value']:.3g} ({test}, against clean)")
     noise = bool(stats and stats.get("noise"))
     if noise:
         text += " ≈"
         cls = "noise"
-        title.append("≈: the change is within noise (its 95% CI contains 0)")
+        title.append(f"≈: within noise, p >= 0.05 ({test})")
     elif delta is not None and delta != 0:
         cls = "down" if (delta < 0) == higher_is_better else "up"
     return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": n}
@@ -117,8 +125,6 @@ def _conditions(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict, int]]:
 
 def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
     """(group label, column key, column head, the metric's rows of that column), in display order."""
-    from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
-    from .objectcompose import family_of
     from .pascal_ea import attribute_value
 
     mrows = [r for r in rows if r["metric"] == metric and r["shift"] != CLEAN]
@@ -126,18 +132,20 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
     corr = [r for r in mrows if r["shift"] in IMAGENET_C_CORRUPTIONS]
     if corr:
         k = len({r["shift"] for r in corr})
-        out.append(("ImageNet-C", "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}", corr))
+        # "ImageNet-C" only for the whole protocol; a few of its corruptions are "corruptions"
+        group = "ImageNet-C" if imagenet_c_coverage(rows, metric)["full"] else "corruptions"
+        out.append((group, "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}", corr))
     families: dict[str, list[dict[str, Any]]] = {}
     for r in mrows:
         fam = family_of(r["shift"], r["params"])
         if fam is not None:
             families.setdefault(fam, []).append(r)
-    for group, names in (("backgrounds (natural)", NATURAL_FAMILIES), ("controls", CONTROLS), ("attacks", ATTACKS)):
-        for fam in names:
-            if fam in families:
-                out.append((group, f"family:{fam}", fam, families[fam]))
-                if fam == "mixed_rand" and "mixed_same" in families:
-                    out.append((group, "bg_gap", "BG-Gap", []))  # Mixed-Same minus Mixed-Rand, per model
+    for fam in _FAMILY_COLUMNS:  # grouped by what they are: natural scenes, synthetic backgrounds, ...
+        if fam in families:
+            group = ROLE_GROUPS[role_of(fam)]
+            out.append((group, f"family:{fam}", fam, families[fam]))
+            if fam == "mixed_rand" and "mixed_same" in families:
+                out.append((group, "bg_gap", "BG-Gap", []))  # Mixed-Same minus Mixed-Rand, per model
     attributes: dict[str, list[dict[str, Any]]] = {}
     for r in mrows:
         if attribute_value(r["shift"], r["params"] or {}) is not None:
@@ -175,16 +183,17 @@ def _gap_cell(model: str, metric: str, pct: bool, groups: Sequence[tuple[str, st
     title = [f"BG-Gap = Mixed-Same {_fmt(vs, pct)} - Mixed-Rand {_fmt(vr, pct)}" + (" points" if pct else ""),
              f"n = {same[0]['n']} samples per condition" if same[0].get("n") else "n not recorded"]
     ci, cls = "", ("down" if gap > 0 else "up" if gap < 0 else "")
+    test = (res or {}).get("test") or "paired test"
     if res and res.get("low") is not None:
         ci = f"[{_fmt(res['low'], pct, True)}, {_fmt(res['high'], pct, True)}]"
-        title.append(f"95% paired-bootstrap CI {ci}")
+        title.append(f"95% CI {ci} ({test})")
         if res.get("p_value") is not None:
-            title.append(f"p = {res['p_value']:.3g} (paired, Mixed-Same against Mixed-Rand)")
+            title.append(f"p = {res['p_value']:.3g} ({test}, Mixed-Same against Mixed-Rand)")
     text = _fmt(gap, pct, signed=True)
     if res and res.get("noise"):
         text += " ≈"
         cls = "noise"
-        title.append("≈: the gap is within noise (its 95% CI contains 0)")
+        title.append(f"≈: the gap is within noise, p >= 0.05 ({test})")
     return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": same[0].get("n")}
 
 
@@ -195,9 +204,11 @@ def _text_shift(name: str) -> bool:
 
 
 def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred: Sequence[str],
-             unc: Any = None) -> dict[str, Any] | None:
+             unc: Any = None, baseline: str = CLEAN) -> dict[str, Any] | None:
     """The headline of one run: ``{"metric", "groups": [(label, span)], "columns": [{"head", "title"}],
-    "rows": [{"model", "n", "cells": [cell]}], "note"}``; columns that do not apply to the run are left out."""
+    "rows": [{"model", "n", "cells": [cell]}], "note"}``; columns that do not apply to the run are left out.
+    ``baseline``: what the unshifted condition is called, ``clean`` unless the run read a folder written by
+    generate (then the shift and severity it was made under, report/build.py)."""
     main = headline_table(tables, preferred)
     if main is None:
         return None
@@ -205,10 +216,11 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     unit = " (%)" if pct else ""
     index = {(r["model"], r["shift"], params_key(r["params"]), int(r["severity"]), r["metric"]): r for r in rows}
     groups = _groups(rows, metric)
-    from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
-
-    # mCE is defined on top-1 errors: shown for runs that measured top1, whatever the headline metric
-    corr_top1 = [r for r in rows if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS]
+    # mCE is defined on top-1 errors over the whole protocol: shown for runs that measured top1 under all 15
+    # corruptions at severities 1-5 (their own parameters), whatever the headline metric; never from a part
+    coverage = imagenet_c_coverage(rows, "top1")
+    corr_top1 = [r for r in rows if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS
+                 and not r["params"]] if coverage["full"] else []
     gamma_sets = _gamma_sets(rows)
     columns = _columns(main, groups, bool(corr_top1), gamma_sets)
     models = main.models
@@ -220,12 +232,19 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
             cells += _mce_cells(model, corr_top1, index)
         cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
         out_rows.append({"model": model, "n": clean_cell.n if clean_cell else None, "cells": cells})
+    if baseline != CLEAN:  # the first column is what the run read unshifted, which is not clean
+        columns[0] = {"group": baseline, "head": columns[0]["head"],
+                      "title": f"{metric}{unit} on the data as read: {baseline}"}
+        for r in out_rows:
+            r["cells"][0]["title"] = r["cells"][0]["title"].replace(f"clean {metric}", f"{metric} on {baseline}", 1)
     columns, spans = _keep_groups_together(columns, out_rows)
-    ci = " Second line: 95% bootstrap CI; ≈ marks a change within noise (its paired 95% CI contains 0)." \
-        if unc is not None else " No per-sample values in this store: no confidence intervals."
+    ci = (" Second line: 95% bootstrap CI of the value; ≈ marks a change within noise, p >= 0.05 in its paired "
+          "test (hover a cell for the test, its p and its CI of the change)." if unc is not None
+          else " No per-sample values in this store: no confidence intervals.")
     note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
-            f"conditions and severities; n = samples per condition (hover a cell for details).{ci}")
+            f"conditions and severities; n = samples per condition (hover a cell for details).{ci}"
+            + _mce_note(coverage))
     return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
             "pairs": _pairs(models, metric, pct, rows, groups, unc)}
 
@@ -312,7 +331,7 @@ def _gamma_cell(model: str, label: str, sel: Sequence[dict[str, Any]], unc: Any)
                  what=f"mean γ@10 over {len(mine)} {label}")
     if agg:  # gamma = 1 + change / clean: the noise mark and test come from the paired change in R@10
         cell = _cell(value, percent=False, n=agg.get("n"), what=f"mean γ@10 over {len(mine)} {label}",
-                     stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"),
+                     stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"), "test": agg.get("test"),
                             "delta_low": agg.get("delta_low"), "delta_high": agg.get("delta_high"), "value": value})
         cell["title"] = cell["title"].replace("CI of the change", "CI of the change in R@10 (fraction)")
     return cell
@@ -341,8 +360,9 @@ def _keep_groups_together(columns: list[dict[str, str]],
 def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[str, Any]],
            groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]], unc: Any) -> dict[str, Any] | None:
     """Each model against the run's first model on the same samples (paired): the difference on clean and on
-    each headline column, its 95% CI and p-value (exact McNemar for top-1/top-5 on one condition, else a
-    paired bootstrap), ≈ where the CI contains 0. None without per-sample values or with one model."""
+    each headline column, its 95% CI and p-value from one test (exact McNemar for top-1/top-5 on one
+    condition, else the paired bootstrap), ≈ where that p >= 0.05 (the CI then contains 0). None without
+    per-sample values or with one model."""
     if unc is None or len(models) < 2 or not all(unc.has(m, metric) for m in models):
         return None
     base = models[0]
@@ -366,15 +386,52 @@ def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[st
                   if cmp.get("low") is not None and cmp.get("high") is not None else "")
             p = cmp.get("p_value")
             noise = bool(cmp.get("noise"))
+            test = cmp.get("test") or "paired test"
             cells.append({"text": f"{d:+.{digits}f}" + (" ≈" if noise else ""), "ci": ci,
                           "title": f"{model} minus {base}, {metric} under {head}: paired over n = {cmp.get('n')} "
                                    f"samples" + (f"; 95% CI {ci}" if ci else "") + (f", p = {p:.3g}" if p is not None else "")
-                                   + ("; within noise" if noise else ""),
+                                   + f" ({test})" + ("; ≈ within noise, p >= 0.05" if noise else ""),
                           "cls": "noise" if noise else ("up" if d > 0 else "down" if d < 0 else "")})
         out.append({"label": f"{model} − {base}", "cells": cells})
     return {"base": base, "heads": [h for h, _ in cols], "rows": out,
             "note": f"Each model minus {base} on the same samples (paired), {metric}{' in points' if pct else ''}: "
-                    "the difference, its 95% CI (second line) and p-value (hover); ≈ = within noise."}
+                    "the difference, its 95% CI (second line) and p-value (hover), from one test (exact McNemar for "
+                    "top-1/top-5 on one condition, else the paired bootstrap); ≈ = within noise, p >= 0.05."}
+
+
+def imagenet_c_coverage(rows: Sequence[dict[str, Any]], metric: str = "top1") -> dict[str, Any]:
+    """How much of the ImageNet-C protocol a run's ``metric`` rows cover: ``{"full", "corruptions",
+    "severities"}``; ``full`` when every model with the metric has all 15 corruptions at severities 1-5, each
+    with the corruption's own parameters (no ``params``), the only case in which mCE and relative mCE are
+    defined; ``corruptions`` / ``severities``: those of the rows, whatever their parameters.
+
+    >>> rows = [dict(model="m", metric="top1", shift=c, params={}, severity=s, value=0.5)
+    ...         for c in ("gaussian_noise", "fog", "snow") for s in (3, 5)]
+    >>> imagenet_c_coverage(rows)
+    {'full': False, 'corruptions': ['fog', 'gaussian_noise', 'snow'], 'severities': [3, 5]}
+    """
+    mine = [r for r in rows if r["metric"] == metric]
+    corr = [r for r in mine if r["shift"] in IMAGENET_C_CORRUPTIONS]
+    protocol = {(c, s) for c in IMAGENET_C_CORRUPTIONS for s in SEVERITIES_C}
+    have: dict[str, set[tuple[str, int]]] = {r["model"]: set() for r in mine}
+    for r in corr:
+        if not r["params"] and r.get("value") is not None:
+            have[r["model"]].add((r["shift"], int(r["severity"])))
+    full = bool(have) and all(protocol <= got for got in have.values())
+    return {"full": full, "corruptions": sorted({r["shift"] for r in corr}),
+            "severities": sorted({int(r["severity"]) for r in corr})}
+
+
+def _mce_note(coverage: dict[str, Any]) -> str:
+    """One sentence on why a top-1 run with some corruptions shows no mCE ("" when it shows one, or has none)."""
+    k, sev = len(coverage["corruptions"]), coverage["severities"]
+    if coverage["full"] or not k:
+        return ""
+    where = f" at severit{'y' if len(sev) == 1 else 'ies'} {', '.join(map(str, sev))}"
+    return (f" No mCE or relative mCE: they are defined over all {len(IMAGENET_C_CORRUPTIONS)} ImageNet-C "
+            f"corruptions at severities 1-5 (top-1, the corruptions' own parameters); this run has {k} of "
+            f"{len(IMAGENET_C_CORRUPTIONS)}{where}, so the headline shows their mean (mean of {k} "
+            f"corruption{'s' if k != 1 else ''}).")
 
 
 def _mce_cells(model: str, corr: Sequence[dict[str, Any]], index: dict) -> list[dict[str, Any]]:

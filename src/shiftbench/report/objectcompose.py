@@ -8,9 +8,11 @@ Families: ``background_inpaint`` / ``adversarial_diffusion`` are placed by their
 scene, the compose stand-in for the natural class-label and caption backgrounds / an incongruent one; their
 difference is the BG-Gap, :func:`bg_gap`) or ``scene`` (a named or random scene), and
 ``adversarial_texture`` / ``adversarial_diffusion`` to adversarial.
-Each family has a role: ``background`` (natural prompt families), ``control`` (``object_only``,
-``background_only``: masking conditions, 0 % by construction for ``background_only``) or ``attack``
-(``adversarial``, white-box). Controls and attacks are never averaged into a background family.
+Each family has a role, what it is: ``natural scene`` (class label, caption, scene, Mixed-Same, Mixed-Rand),
+``synthetic background`` (vivid colours, textures), ``custom prompt`` (an inpainting prompt of the user's),
+``control`` (``object_only``, ``background_only``: masking conditions, 0 % by construction for
+``background_only``) or ``attack`` (``adversarial``, white-box). Controls and attacks are never averaged
+into a background family.
 
 One sign convention: every ``change`` is shifted minus clean (a background that lowers top-1 gives a
 negative change). Two aggregates per family: ``mean`` (over the family's conditions, what the report's
@@ -18,8 +20,10 @@ headline shows) and ``worst`` (the paper's Table 1: the worst prompt of the mean
 The ordering checks use the worst values: ``>=`` and ``>`` literally, ``~`` as within ``SIMILAR``
 (5 points), ``>>`` as at least ``FAR`` (20 points) lower.
 
-The paper's Table 1 (``PAPER_TABLE1``) sits beside ours: the same ``_ordering`` function decides the
-ordering on our worst values and on the paper's, so both verdicts are computed. The adversarial family is
+The paper's Table 1 (``PAPER_TABLE1``) sits beside ours only when the run follows the paper's protocol
+(:func:`paper_protocol`: top-1, curated, every family of the table with the paper's four colour and four
+texture prompts); otherwise one line says why there is no comparison. The same ``_ordering`` function
+decides the ordering on our worst values and on the paper's, so both verdicts are computed. The adversarial family is
 also split by the attack's source model (``ATTACK_SOURCE``): the attacked model's rows are white-box, every
 other model's rows are transfer. The ordering check keeps the paper's definition of the adversarial family
 (the mean over all classifiers, white-box and transfer together: the paper attacks one of its seven).
@@ -30,7 +34,9 @@ other model's rows are transfer. The ordering check keeps the paper's definition
 >>> s = summarise(rows)
 >>> c = s["families"]["color"]
 >>> c["worst"], round(c["change"], 3), round(c["mean"], 3), round(c["mean_change"], 3), c["role"]
-('background_color (color=blue) s5', -0.3, 0.65, -0.25, 'background')
+('background_color (color=blue) s5', -0.3, 0.65, -0.25, 'synthetic background')
+>>> s["paper_protocol"]["matches"]  # two colours, not curated: no comparison with the paper
+False
 """
 
 from __future__ import annotations
@@ -45,11 +51,25 @@ from .blocks import blocks_to_markdown, cell
 
 __all__ = ["family_of", "role_of", "attack_source", "summarise", "summary_blocks", "blocks_from_summary",
            "to_markdown", "write_summary", "FAMILY_ORDER", "ROLES", "SIMILAR", "FAR", "TITLE", "PAPER_TABLE1",
-           "ATTACK_SOURCE", "SIDE_BY_SIDE", "bg_gap"]
+           "ATTACK_SOURCE", "SIDE_BY_SIDE", "bg_gap", "paper_protocol", "PAPER_PROMPTS", "NATURAL_FAMILIES",
+           "SYNTHETIC_FAMILIES", "CUSTOM_FAMILIES", "CONTROLS", "ATTACKS", "ROLE_GROUPS"]
 
 FAMILY_ORDER = ("class_label", "caption", "scene", "mixed_same", "mixed_rand", "color", "texture", "custom",
                 "adversarial", "object_only", "background_only")
-ROLES = {"adversarial": "attack", "object_only": "control", "background_only": "control"}  # the rest: background
+# what each family is (issue 27): natural scenes (a scene photo, or a scene prompted from the class or the
+# caption), synthetic backgrounds (vivid colours, textures), a user's own prompt, the masking controls and
+# the attack; the headline and the demo group the families by these, never colour and texture as "natural"
+NATURAL_FAMILIES = ("class_label", "caption", "scene", "mixed_same", "mixed_rand")
+SYNTHETIC_FAMILIES = ("color", "texture")
+CUSTOM_FAMILIES = ("custom",)
+CONTROLS = ("object_only", "background_only")
+ATTACKS = ("adversarial",)
+ROLES = {**{f: "natural scene" for f in NATURAL_FAMILIES}, **{f: "synthetic background" for f in SYNTHETIC_FAMILIES},
+         **{f: "custom prompt" for f in CUSTOM_FAMILIES}, **{f: "control" for f in CONTROLS},
+         **{f: "attack" for f in ATTACKS}}
+# the headline's group of each role, in display order
+ROLE_GROUPS = {"natural scene": "natural scenes", "synthetic background": "synthetic backgrounds",
+               "custom prompt": "custom prompts", "control": "controls", "attack": "attacks"}
 SIMILAR = 0.05
 FAR = 0.20
 TITLE = "ObjectCompose summary"
@@ -60,6 +80,7 @@ TITLE = "ObjectCompose summary"
 PAPER_TABLE1: dict[str, float] = {"clean": 97.71, "class_label": 94.70, "caption": 91.08, "color": 83.37,
                                   "texture": 81.55, "adversarial": 21.65}
 PAPER_NAME = "ObjectCompose Table 1 (ImageNet-B_1000, mean of 7 classifiers)"
+PAPER_PROMPTS = 4  # the paper's colour and texture families are the worst of 4 prompts each (its Table 6)
 GAP_SOURCE = "Xiao et al., Noise or Signal: The Role of Image Backgrounds in Object Recognition, ICLR 2021"
 
 # The attack's source model: the shift param that names it and its default when the spec leaves it out
@@ -104,9 +125,10 @@ def attack_source(shift: str, params: dict[str, Any] | None) -> str | None:
 
 
 def role_of(family: str) -> str:
-    """``"background"`` for a natural prompt family, ``"control"`` for the masking conditions, ``"attack"``
-    for adversarial backgrounds."""
-    return ROLES.get(family, "background")
+    """What a family is: ``"natural scene"`` (class label, caption, scene, Mixed-Same, Mixed-Rand),
+    ``"synthetic background"`` (colour, texture), ``"custom prompt"`` (an inpainting prompt of the user's),
+    ``"control"`` (the masking conditions) or ``"attack"`` (adversarial backgrounds)."""
+    return ROLES.get(family, "custom prompt")
 
 
 def _label(shift: str, params: dict[str, Any], severity: int) -> str:
@@ -118,7 +140,8 @@ def _sub(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None) -> dict[str, Any]:
+def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None,
+              curated: bool = False) -> dict[str, Any]:
     """Per family: the mean over its conditions and the worst condition (of the model mean), each with its
     change against clean (shifted - clean), and the same per model.
 
@@ -132,7 +155,10 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = N
     model's rows (None when there are none). ``paper``: ``{"source", "clean", "families": {family: {"value",
     "change"}}, "ordering", "holds"}`` from ``PAPER_TABLE1``, its ordering computed like ours. ``bg_gap``
     (None unless the run has both Mixed-Same and Mixed-Rand): see :func:`bg_gap`; ``unc`` (a
-    ``stats.Uncertainty`` of the run) adds its confidence intervals.
+    ``stats.Uncertainty`` of the run) adds its confidence intervals. ``paper_protocol``: ``{"matches",
+    "why"}``, whether the run follows the paper's protocol (:func:`paper_protocol`; ``curated``: the run kept
+    only the images its classifiers get right on clean, the spec's ``curate:``); the paper's values are shown
+    beside ours only when it does.
     """
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)  # (condition, family) -> model -> value
     counts: dict[tuple[str, str], int] = {}  # (condition, model) -> n
@@ -167,13 +193,47 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = N
                 for family in [f for f in FAMILY_ORDER if f in by_family] + sorted(set(by_family) - set(FAMILY_ORDER))}
     split = {part: _attack_part(by_family.get("adversarial", []), sources, clean, counts, part)
              for part in ("whitebox", "transfer")}
+    for e in families.values():  # distinct variants (prompts, colours, textures), whatever their severities
+        e["variants"] = len({(conds[label][0], json.dumps(conds[label][1], sort_keys=True, default=str))
+                             for label in e["conditions"]})
     ordering = _ordering({f: e["value"] for f, e in families.items()})
+    why = paper_protocol(metric, families, curated)
     return {"metric": metric, "clean": clean_mean, "clean_per_model": clean, "n_per_model": clean_n,
             "families": families, "ordering": ordering, "holds": _verdict(ordering),
             "adversarial_whitebox": split["whitebox"], "adversarial_transfer": split["transfer"],
             "bg_gap": bg_gap(by_family.get("mixed_same", []), by_family.get("mixed_rand", []), conds, counts,
                              metric, unc),
-            "paper": _paper_summary()}
+            "paper": _paper_summary(), "paper_protocol": {"matches": not why, "why": why}}
+
+
+def paper_protocol(metric: str, families: dict[str, Any], curated: bool) -> list[str]:
+    """Why a run's summary cannot sit beside the paper's Table 1; empty when it can. The paper's protocol,
+    as far as a run can show it: top-1; curated (the paper scores only the images all its classifiers get
+    right on clean, ImageNet-B); and every family of its Table 1, each the worst of its prompts: the natural
+    prompts (class label and caption, or Mixed-Same standing in on the compose backend), colour and
+    texture with the paper's ``PAPER_PROMPTS`` prompts each, and the adversarial background.
+
+    >>> paper_protocol("top1", {"texture": {"variants": 1}}, curated=False)[0]
+    'the run is not curated (the paper scores only the images all its classifiers get right on clean; add curate: true to the spec)'
+    """
+    why = []
+    if metric != "top1":
+        why.append(f"the paper's Table 1 is top-1, this summary is {metric}")
+    if not curated:
+        why.append("the run is not curated (the paper scores only the images all its classifiers get right on "
+                   "clean; add curate: true to the spec)")
+    missing = []
+    if not ({"class_label", "caption"} <= set(families) or "mixed_same" in families):
+        missing.append("the natural prompts (class label and caption, or Mixed-Same on the compose backend)")
+    for family in ("color", "texture"):
+        k = (families.get(family) or {}).get("variants", 0)
+        if k < PAPER_PROMPTS:
+            missing.append(f"{family} ({k} of the paper's {PAPER_PROMPTS} prompts)")
+    if "adversarial" not in families:
+        missing.append("the adversarial background")
+    if missing:
+        why.append("it lacks " + ", ".join(missing))
+    return why
 
 
 def _family_entry(family: str, conditions: list[tuple[str, dict[str, float]]], models: list[str],
@@ -238,12 +298,13 @@ def bg_gap(same: list[tuple[str, dict[str, float]]], rand: list[tuple[str, dict[
     def entry(chosen: list[str]) -> dict[str, Any]:
         s_, r_ = side(same, chosen), side(rand, chosen)
         out = {"same": s_, "rand": r_, "gap": _sub(s_, r_), "low": None, "high": None, "p_value": None,
-               "noise": None, "n": sorted({counts[(label, m)] for label, _ in same + rand for m in chosen
+               "noise": None, "test": None, "n": sorted({counts[(label, m)] for label, _ in same + rand for m in chosen
                                            if counts.get((label, m))})}
         if unc is not None and all(unc.has(m, metric) for m in chosen):
             res = unc.contrast(chosen, metric, [conds[label] for label, _ in same], [conds[label] for label, _ in rand])
             if res is not None:
-                out.update(low=res["low"], high=res["high"], p_value=res["p_value"], noise=res["noise"])
+                out.update(low=res["low"], high=res["high"], p_value=res["p_value"], noise=res["noise"],
+                           test=res.get("test"))
         return out
 
     return {"source": GAP_SOURCE, "models": models, "per_model": {m: entry([m]) for m in models},
@@ -403,9 +464,11 @@ def _section(title: str, text: str, head: list[str], rows: list[list[Any]]) -> l
 def _gap_cell(e: dict[str, Any]) -> str | dict[str, Any]:
     if e["gap"] is None:
         return "–"
-    ci = (f"; 95% paired-bootstrap CI [{_signed(e['low'])}, {_signed(e['high'])}]"
+    test = e.get("test") or "paired test"
+    ci = (f"; 95% CI [{_signed(e['low'])}, {_signed(e['high'])}] ({test})"
           if e.get("low") is not None else "; no per-sample values: no CI")
-    p = f"; p = {e['p_value']:.3g}" if e.get("p_value") is not None else ""
+    p = f"; p = {e['p_value']:.3g} ({test}){'; ≈: p >= 0.05' if e.get('noise') else ''}" \
+        if e.get("p_value") is not None else ""
     return cell(_signed(e["gap"]) + (" ≈" if e.get("noise") else ""),
                 "Mixed-Same - Mixed-Rand in points" + ci + p, None if e.get("noise") else
                 ("down" if e["gap"] > 0 else "up" if e["gap"] < 0 else None))
@@ -429,8 +492,10 @@ def _gap_blocks(summary: dict[str, Any]) -> list[dict[str, Any]]:
     text = (f"{metric} in percent on the object moved to another scene congruent with it (Mixed-Same) and to a "
             "scene sharing no context with it (Mixed-Rand); the BG-Gap is their difference in points, as in Xiao "
             "et al., \"Noise or Signal\" (ICLR 2021). A positive gap means the model relies on the background "
-            "fitting the object. CI: 95% paired bootstrap over the images (the same images under both); ≈ marks a "
-            "gap whose CI contains 0. n: images per model and condition.")
+            "fitting the object. p, ≈ and the 95% CI come from one paired test on the same images under both: "
+            "exact McNemar for one model (top-1 right or wrong on each image), the paired bootstrap over the images "
+            "for the mean of several models; ≈ marks p >= 0.05, and the CI then contains 0. n: images per model and "
+            "condition.")
     head = ["model", f"Mixed-Same {metric}", f"Mixed-Rand {metric}", "BG-Gap (points)", "95% CI", "p", "n"]
     return _section("BG-Gap (Mixed-Same minus Mixed-Rand)", text, head, rows)
 
@@ -461,9 +526,15 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
                               cell(_pct(e["mean"]), f"mean of {k} condition{'s' if k != 1 else ''}; {n_text}"),
                               _change_cell(e["mean_change"], n_text), e["worst"],
                               cell(_pct(e["value"]), n_text), _change_cell(e["change"], n_text)])
-    blocks += _side_by_side_blocks(summary, n_text)
-    blocks += _gap_blocks(summary)
+    protocol = summary.get("paper_protocol") or {"matches": True, "why": []}
+    compared = bool(protocol["matches"])
     paper = summary.get("paper") or {}
+    if compared:
+        blocks += _side_by_side_blocks(summary, n_text)
+    else:  # one line saying why: a run off the paper's protocol gets no "ours vs the paper"
+        blocks.append({"kind": "text", "text": f"No comparison with {PAPER_NAME}: " + "; ".join(protocol["why"])
+                                               + "."})
+    blocks += _gap_blocks(summary)
     paper_ordering = paper.get("ordering", {})
     blocks.append({"kind": "heading", "text": "The paper's ordering"})
     blocks.append({"kind": "text", "text": "Class label >= caption > colour ~ texture >> adversarial, on the worst "
@@ -471,13 +542,16 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
                                            "in for the natural prompts, or any scene when there is none; "
                                            f"~ means within {100 * SIMILAR:.0f} points, >> at least {100 * FAR:.0f} "
                                            "points lower. Controls take no part. The adversarial family is all models "
-                                           "together, as the paper scores its attack on all seven classifiers. Each "
-                                           "check is computed on our values and on the paper's Table 1 by the same "
-                                           "rule."})
-    blocks.append({"kind": "list", "items": [f"{check}: ours {_word(ok)}, paper {_word(paper_ordering.get(check))}"
+                                           "together, as the paper scores its attack on all seven classifiers. "
+                                           + ("Each check is computed on our values and on the paper's Table 1 by the "
+                                              "same rule." if compared else
+                                              "Checked on our values only (no comparison with the paper, above).")})
+    blocks.append({"kind": "list", "items": [f"{check}: ours {_word(ok)}"
+                                             + (f", paper {_word(paper_ordering.get(check))}" if compared else "")
                                              for check, ok in summary["ordering"].items()]})
-    blocks.append({"kind": "text", "text": f"Overall, ours: {_overall(summary['holds'])}; the paper's Table 1: "
-                                           f"{_overall(paper.get('holds'))}."})
+    blocks.append({"kind": "text", "text": f"Overall, ours: {_overall(summary['holds'])}"
+                                           + (f"; the paper's Table 1: {_overall(paper.get('holds'))}." if compared
+                                              else ".")})
     models = sorted({m for e in summary["families"].values() for m in e["per_model"]})
     if len(models) > 1:  # with one model the table above already is the per-model one
         blocks.append({"kind": "heading", "text": "Per model (family mean, change against clean)"})
@@ -500,9 +574,10 @@ def blocks_from_summary(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def summary_blocks(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None) -> list[dict[str, Any]]:
+def summary_blocks(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = None,
+                   curated: bool = False) -> list[dict[str, Any]]:
     """The ObjectCompose summary of ``rows`` as report blocks; empty when no row belongs to a family."""
-    summary = summarise(rows, metric, unc)
+    summary = summarise(rows, metric, unc, curated)
     return blocks_from_summary(summary) if summary["families"] else []
 
 
@@ -517,17 +592,20 @@ def write_summary(store: str | os.PathLike, out: str | os.PathLike, run_id: str 
     """Write ``objectcompose.md`` and ``objectcompose.json`` for a run of ``store`` into ``out``."""
     from ..results.store import Store
 
+    from ..results.artifacts import stored_curation
+
     db = Store(store, create=False)
     try:
         run = db.run(run_id)
         rows = db.rows(run["run_id"])
         samples = db.samples(run["run_id"])
+        curated = stored_curation(db, run["run_id"]) is not None
     finally:
         db.close()
     from .stats import Uncertainty
 
     unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
-    summary = summarise(rows, metric, unc)
+    summary = summarise(rows, metric, unc, curated)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

@@ -1,9 +1,17 @@
 """Confidence intervals and paired tests for the report's cells, from the per-sample values in the store.
 
 ``Uncertainty(store.samples(run_id))`` answers, for any model, metric and set of conditions, how sure a
-number is: a 95% percentile bootstrap interval of the value, of its change against clean (shifted minus
-clean, the same model, paired by sample id) and a two-sided p-value, plus paired differences between two
-models. ``annotate(table)`` fills those fields of every cell of a ``tables.Table``.
+number is: a 95% percentile bootstrap interval of the value, and for its change against clean (shifted minus
+clean, the same model, paired by sample id) one test that gives the change's p-value, its interval and its
+noise mark together, plus paired differences between two models. ``annotate(table)`` fills those fields of
+every cell of a ``tables.Table``.
+
+One rule for noise (issue 27): each change has one test, named in the result's ``test``: exact McNemar
+where the change compares right/wrong values (top-1, top-5) of one condition with one other (one
+condition against clean, two models on one condition, Mixed-Same against Mixed-Rand for one model), the
+paired bootstrap elsewhere (several conditions or models averaged, other metrics). ``noise`` (the ≈ mark)
+is p >= 0.05 of that test, and the change's interval is the same test's, so it holds 0 exactly then
+(``metrics.uncertainty.mcnemar_test`` / ``bootstrap_test``).
 
 How it resamples (docs/metrics.md, "Uncertainty"):
 
@@ -28,15 +36,19 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..errors import ShiftbenchError
-from ..metrics.uncertainty import (SampleStatistic, bootstrap_p_value, mcnemar, percentile_interval,
-                                   resample_counts, within_noise)
+from ..metrics.uncertainty import (ChangeTest, SampleStatistic, bootstrap_test, mcnemar_test, percentile_interval,
+                                   resample_counts)
 from ..results.store import params_key
 from .tables import CLEAN, Table, condition_label
 
-__all__ = ["Uncertainty", "MCNEMAR_METRICS"]
+__all__ = ["Uncertainty", "MCNEMAR_METRICS", "NOISE_RULE", "NOISE_LEVEL"]
 
 # right/wrong per sample: a single condition against clean (or two models) gets McNemar's exact test
 MCNEMAR_METRICS = ("top1", "top5")
+NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the change's test
+# the rule as every explanation of ≈ states it (How to read this, tables.md, hover texts)
+NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top-1, top-5) of one condition "
+              "with one other, the paired bootstrap (1000 resamples) elsewhere")
 
 Condition = tuple[str, dict, int]
 
@@ -72,7 +84,7 @@ class _Term:
 class Uncertainty:
     """Bootstrap intervals and paired tests over the per-sample values of one run (``Store.samples``)."""
 
-    def __init__(self, samples: list[dict], seed: int = 0, n_boot: int = 1000, level: float = 0.95):
+    def __init__(self, samples: list[dict], seed: int = 0, n_boot: int = 1000, level: float = NOISE_LEVEL):
         if not 0 < level < 1:
             raise ShiftbenchError(f"level must be in (0, 1), got {level!r}")
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
@@ -118,7 +130,8 @@ class Uncertainty:
 
     def compare(self, model_a: str, model_b: str, metric: str, conditions: list[Condition]) -> dict | None:
         """Paired difference ``b - a`` over the sample ids both models have under each condition:
-        ``{"diff", "low", "high", "p_value", "n", "noise"}``; None without per-sample values."""
+        ``{"diff", "low", "high", "p_value", "n", "noise", "test"}`` (the interval, p and noise of one test,
+        named by ``test``); None without per-sample values."""
         conds = _canonical(conditions)
         ea = [self._entry(model_a, metric, c) for c in conds]
         eb = [self._entry(model_b, metric, c) for c in conds]
@@ -131,19 +144,13 @@ class Uncertainty:
         if res is None:
             return None
         diff, boots, n = res
-        interval = percentile_interval(boots, self.level)
-        low, high = interval if interval else (None, None)
-        p = self._mcnemar(metric, ea[0], eb[0]) if k == 1 else None
-        if p is None:
-            p = bootstrap_p_value(boots)
-        return {"diff": diff, "low": low, "high": high, "p_value": p, "n": n,
-                "noise": None if interval is None else within_noise(low, high)}
+        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, (ea[0], eb[0]) if k == 1 else None))}
 
     def contrast(self, models: list[str], metric: str, plus: list[Condition], minus: list[Condition]) -> dict | None:
         """Paired difference, within the same models, of the mean over the ``plus`` conditions minus the mean
         over the ``minus`` conditions (e.g. the BG-Gap: Mixed-Same minus Mixed-Rand), on the sample ids each
         model has under both sides; ids resampled jointly across conditions and models.
-        ``{"diff", "low", "high", "p_value", "n", "noise"}``; None without per-sample values."""
+        ``{"diff", "low", "high", "p_value", "n", "noise", "test"}``; None without per-sample values."""
         cp, cm = _canonical(plus), _canonical(minus)
         if not cp or not cm or not models:
             return None
@@ -162,15 +169,8 @@ class Uncertainty:
         if res is None:
             return None
         diff, boots, n = res
-        interval = percentile_interval(boots, self.level)
-        low, high = interval if interval else (None, None)
-        p = None
-        if len(models) == 1 and len(cp) == 1 and len(cm) == 1:
-            p = self._mcnemar(metric, em[models[0]][0], ep[models[0]][0])
-        if p is None:
-            p = bootstrap_p_value(boots)
-        return {"diff": diff, "low": low, "high": high, "p_value": p, "n": n,
-                "noise": None if interval is None else within_noise(low, high)}
+        pair = (em[models[0]][0], ep[models[0]][0]) if len(models) == 1 and len(cp) == 1 and len(cm) == 1 else None
+        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, pair))}
 
     def annotate(self, table: Table) -> None:
         """Fill low/high (and, off clean, delta_low/delta_high/p_value/noise) of every cell of ``table``
@@ -219,7 +219,8 @@ class Uncertainty:
         out: dict[str, Any] = {"value": value, "low": interval[0] if interval else None,
                                "high": interval[1] if interval else None,
                                "n": max(len(e.ids) for es in entries.values() for e in es),
-                               "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None}
+                               "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None,
+                               "test": None}
         is_clean = all(c[0] == CLEAN for c in conds)
         if not against_clean or is_clean:
             return out
@@ -238,18 +239,24 @@ class Uncertainty:
         if res is None:
             return out
         delta, dboots, _ = res
-        dint = percentile_interval(dboots, self.level)
-        p = None
-        if len(with_clean) == 1 and len(conds) == 1:
-            p = self._mcnemar(metric, cleans[with_clean[0]], entries[with_clean[0]][0])
-        if p is None:
-            p = bootstrap_p_value(dboots)
-        out.update(delta=delta, delta_low=dint[0] if dint else None, delta_high=dint[1] if dint else None,
-                   p_value=p, noise=None if dint is None else within_noise(dint[0], dint[1]))
+        pair = (cleans[with_clean[0]], entries[with_clean[0]][0]) if len(with_clean) == 1 and len(conds) == 1 else None
+        test = _test_fields(self._test(metric, dboots, pair))
+        out.update(delta=delta, delta_low=test["low"], delta_high=test["high"], p_value=test["p_value"],
+                   noise=test["noise"], test=test["test"])
         return out
 
-    def _mcnemar(self, metric: str, a: _Entry, b: _Entry) -> float | None:
-        """Exact McNemar p-value of two right/wrong conditions on their shared ids (top-1/top-5 only)."""
+    def _test(self, metric: str, boots: np.ndarray, pair: tuple[_Entry, _Entry] | None) -> ChangeTest | None:
+        """The one test of a change, which gives its p-value, its ≈ mark and its interval: exact McNemar when
+        ``pair`` (a, b) is one condition against one other with right/wrong values (top-1/top-5), else the
+        paired bootstrap of the resampled changes ``boots``; None when no resample is defined."""
+        if pair is not None:
+            exact = self._mcnemar(metric, *pair)
+            if exact is not None:
+                return exact
+        return bootstrap_test(boots, self.level)
+
+    def _mcnemar(self, metric: str, a: _Entry, b: _Entry) -> ChangeTest | None:
+        """Exact McNemar test of b against a, two right/wrong conditions on their shared ids (top-1/top-5 only)."""
         if metric not in MCNEMAR_METRICS or a.kind != "mean" or b.kind != "mean":
             return None
         shared = [i for i in a.ids if i in b.row]
@@ -259,7 +266,7 @@ class Uncertainty:
         y = b.values[[b.row[i] for i in shared]]
         if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
             return None
-        return mcnemar(x, y).p_value
+        return mcnemar_test(x, y, self.level)
 
     def _bootstrap(self, conds: list[Condition], terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
         """Point estimate, ``n_boot`` resampled values and the number of ids of ``sum(coef x statistic)``,
@@ -386,9 +393,16 @@ def row_conditions(table: Table, label: str) -> list[Condition]:
     return [(shift, params, int(s)) for s in severities]
 
 
+def _test_fields(test: ChangeTest | None) -> dict[str, Any]:
+    """A test as the fields of a result: ``low``, ``high``, ``p_value``, ``noise`` and ``test`` (its name)."""
+    if test is None:
+        return {"low": None, "high": None, "p_value": None, "noise": None, "test": None}
+    return {"low": test.low, "high": test.high, "p_value": test.p_value, "noise": test.noise, "test": test.test}
+
+
 def _fill(cell: Any, res: dict | None) -> None:
     if res is None:
         return
     cell.low, cell.high = res["low"], res["high"]
     cell.delta_low, cell.delta_high = res["delta_low"], res["delta_high"]
-    cell.p_value, cell.noise = res["p_value"], res["noise"]
+    cell.p_value, cell.noise, cell.test = res["p_value"], res["noise"], res.get("test")

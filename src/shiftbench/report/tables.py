@@ -38,10 +38,11 @@ class Cell:
     # filled by report.stats.Uncertainty.annotate from the per-sample values (None where the store has none)
     low: float | None = None  # 95% bootstrap interval of value (same units as value)
     high: float | None = None
-    delta_low: float | None = None  # 95% paired-bootstrap interval of delta (value - clean, same model)
+    delta_low: float | None = None  # 95% interval of delta (value - clean, same model), the test's own
     delta_high: float | None = None
-    p_value: float | None = None  # paired test of value against clean (bootstrap; McNemar for top1/top5, one condition)
-    noise: bool | None = None  # True when the delta interval holds 0: the change is within noise
+    p_value: float | None = None  # paired test of value against clean (McNemar for top1/top5 on one condition, else bootstrap)
+    noise: bool | None = None  # True when p >= 0.05 (the delta interval then holds 0): the change is within noise
+    test: str | None = None  # the test that gave p_value, noise and the delta interval (report.stats)
 
 
 @dataclass
@@ -55,6 +56,13 @@ class Table:
     rows: list[str] = field(default_factory=list)
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     row_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what the clean row shows: "clean", or for a run on a folder written by generate the shift and severity
+    # its images were made under (report/build.py sets it from the run's dataset identity)
+    baseline: str = CLEAN
+
+    def label(self, row: str) -> str:
+        """A row's label as shown: the row itself, the clean row as ``baseline``."""
+        return self.baseline if row == CLEAN else row
 
     def scale(self, v: float | None) -> float | None:
         return None if v is None else (100.0 * v if self.percent else v)
@@ -88,7 +96,8 @@ class Table:
 
     def delta_text(self, row: str, model: str, marker: str = "≈") -> str:
         """The change against clean and its paired 95% interval, '-3.1 [-7.8, +1.6] ≈', ``marker``
-        appended when the interval holds 0 (within noise); '–' on clean or without a change."""
+        appended when the change is within noise (its test's p >= 0.05; the interval then holds 0); '–' on
+        clean or without a change."""
         cell = self.cells.get((row, model))
         if cell is None or cell.delta is None or row == CLEAN:
             return "–"
@@ -162,13 +171,13 @@ def to_markdown(table: Table) -> str:
     head = f"| condition | " + " | ".join(table.columns()) + " |"
     lines = [f"### {table.metric}{unit} {arrow}", "", head, "|" + "---|" * (len(table.columns()) + 1)]
     for row in table.rows:
-        lines.append(f"| {_md_escape(row)} | " + " | ".join(table.text(row, m) + (" ≈" if _noise(table, row, m) else "")
+        lines.append(f"| {_md_escape(table.label(row))} | " + " | ".join(table.text(row, m) + (" ≈" if _noise(table, row, m) else "")
                                                        for m in table.columns()) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _noise(table: Table, row: str, model: str) -> bool:
-    """Whether a shifted cell's change against clean is within noise (its paired 95% CI contains 0)."""
+    """Whether a shifted cell's change against clean is within noise (its test's p >= 0.05)."""
     cell = table.cells.get((row, model))
     return row != CLEAN and cell is not None and bool(getattr(cell, "noise", None))
 
@@ -184,9 +193,10 @@ def to_csv_rows(table: Table) -> list[list[str]]:
             cell = table.cells.get((row, model))
             if cell is None:
                 continue
-            out.append([table.metric, row, model, _num(cell.value), _num(cell.delta), str(cell.n),
+            out.append([table.metric, table.label(row), model, _num(cell.value), _num(cell.delta), str(cell.n),
                         _num(cell.low), _num(cell.high), _num(cell.delta_low), _num(cell.delta_high),
-                        _num(cell.p_value), "" if cell.noise is None or row == CLEAN else str(bool(cell.noise)).lower()])
+                        _num(cell.p_value), "" if cell.noise is None or row == CLEAN else str(bool(cell.noise)).lower(),
+                        "" if row == CLEAN else (cell.test or "")])
     return out
 
 
@@ -211,7 +221,7 @@ def to_latex(table: Table) -> str:
         "Condition & " + " & ".join(tex_escape(c) for c in cols) + r" \\", r"\midrule",
     ]
     for row in table.rows:
-        lines.append(tex_escape(row) + " & " + " & ".join(tex_escape(table.text(row, m))
+        lines.append(tex_escape(table.label(row)) + " & " + " & ".join(tex_escape(table.text(row, m))
                                                           + (r" $\approx$" if _noise(table, row, m) else "")
                                                           for m in cols) + r" \\")
         if row == CLEAN:
@@ -219,6 +229,7 @@ def to_latex(table: Table) -> str:
     unit = " (\\%)" if table.percent else ""
     lines += [r"\bottomrule", r"\end{tabular}",
               rf"\caption{{{tex_escape(table.metric)}{unit} {arrow}; in brackets the change against clean "
-              r"(shifted minus clean); $\approx$: within noise (paired 95\% bootstrap CI contains 0).}}",
+              r"(shifted minus clean); $\approx$: within noise, $p \geq 0.05$ (exact McNemar for top-1/top-5 on one "
+              r"condition, else paired bootstrap).}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"

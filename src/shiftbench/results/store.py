@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import Option, StoreError
 from ..seeds import check_seed
 from .database import SCHEMA_VERSION, Database  # noqa: F401  (SCHEMA_VERSION: still importable from here)
 from .identity import describe_changes, identity_key
@@ -114,8 +114,9 @@ class Store(Database):
         ``identity`` holds what besides the spec decides the numbers (engine/identity.py). A run of
         the same spec whose identity differs is not resumed: a StoreError names what changed. With
         ``new_run`` the run id is keyed by the spec and the identity, so a new run starts beside the
-        old one (and the same inputs resume that new run later, with or without ``new_run``).
-        A ``run_id`` already used by another spec is refused.
+        old one (and the same inputs resume that new run later, with or without ``new_run``). Inputs that
+        already have a run (under either id) resume it, ``new_run`` or not: an identical run is never
+        computed twice (the runner says so in one line). A ``run_id`` already used by another spec is refused.
         """
         seed = check_seed(seed)  # before the store is touched; an SQLite INTEGER holds every seed of the domain
         identity_json = None if identity is None else canonical_json(identity)
@@ -151,7 +152,15 @@ class Store(Database):
         identity_json = None if identity is None else canonical_json(identity)
         keyed = None if identity is None else f"run-{identity_key({'spec': digest, 'identity': identity})[:12]}"
         if run_id is None:
-            run_id = keyed if new_run and keyed else f"run-{digest[:12]}"
+            plain = f"run-{digest[:12]}"
+            run_id = keyed if new_run and keyed else plain
+            if keyed is not None:  # the same inputs have a run under the other id: resume it, never recompute it
+                other_id = plain if run_id == keyed else keyed
+                other = conn.execute("SELECT spec_hash, identity_json FROM runs WHERE run_id = ?", (other_id,)).fetchone()
+                own = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                if own is None and other is not None and other["spec_hash"] == digest \
+                        and other["identity_json"] == identity_json:
+                    return other_id, other
         row = conn.execute("SELECT spec_hash, identity_json FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is not None and row["spec_hash"] != digest:
             raise StoreError(f"{self.path}: run {run_id!r} was started from another spec; use another run id or store")
@@ -162,10 +171,10 @@ class Store(Database):
             if other is not None and other["identity_json"] == identity_json:
                 return keyed, other  # these inputs already have their own run (started with new_run): resume it
             changes = describe_changes(json.loads(row["identity_json"]), identity)
-            raise StoreError(
-                f"run {run_id}: {'; '.join(changes) or 'inputs changed'}; "
-                + ("choose another --run-id" if new_run else "pass --new-run (new_run=True) to start a new run")
-            )
+            raise StoreError(  # the setting named as the caller gives it: --new-run or new_run=True (errors.Option)
+                f"run {run_id}: {'; '.join(changes) or 'inputs changed'}; ",
+                hint=("choose another ", Option("run_id", "NAME"))
+                if new_run else ("pass ", Option("new_run"), " to start a new run"))
         return run_id, row
 
     def finish_run(self, run_id: str) -> None:
@@ -220,6 +229,13 @@ class Store(Database):
                 args,
             ).fetchone()
         return int(row[0])
+
+    def condition_counts(self, run_id: str) -> tuple[int, int]:
+        """(conditions of ``run_id`` in the store, those of them done): what a resumed run starts from."""
+        with self.reading("its conditions"):
+            row = self._conn.execute("SELECT COUNT(*), COALESCE(SUM(status = 'done'), 0) FROM conditions WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        return int(row[0]), int(row[1])
 
     def is_done(self, condition_id: int) -> bool:
         with self.reading("its conditions"):

@@ -6,7 +6,6 @@ This module imports torch; ``shiftbench.training`` loads it only when ``ShiftDat
 
 from __future__ import annotations
 
-import json
 import operator
 from typing import Any, Sequence
 
@@ -51,7 +50,9 @@ class ShiftDataset(Dataset):
     refused here (see ``ShiftPolicy.check_task``). ``output``: "tensors" (a dict: ``image`` float32 3xHxW in
     [0, 1], ``label``, ``mask``, ``boxes``, ``box_labels`` where the sample has them, ``index``, ``id``),
     "uint8" (the same with a uint8 image) or "samples" (the shifted Sample). ``return_record``: also give the
-    record of what was applied (a JSON string under ``record``, or ``(Sample, record)``).
+    record of what was applied, the dict ``ShiftPolicy.replay`` takes (under ``record``, or ``(Sample, record)``);
+    batch such items with :func:`collate`, which keeps the records as a list (torch's default collate would
+    merge the records' keys across the batch).
 
     Seeding: the shift chosen for item ``i`` and its random params come from ``(seed, epoch, i)`` and the
     sample's id only, never from a global generator, the worker id or the order of calls, so a
@@ -108,7 +109,7 @@ class ShiftDataset(Dataset):
         item["index"] = i
         item["id"] = out.id
         if self.return_record:
-            item["record"] = json.dumps(record, sort_keys=True)
+            item["record"] = record  # a dict, as output="samples" and ShiftTransform.augment give it
         return item
 
     def __repr__(self) -> str:

@@ -197,8 +197,10 @@ class AttributeEditor:
             from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
             from transformers import AutoTokenizer, CLIPTextModel
         except ImportError as exc:  # pragma: no cover - optional extra
+            from ...install import install_command
+
             raise ShiftbenchError(f"backend='diffusion' needs diffusers and transformers ({exc}); "
-                                  "pip install 'shiftbench[gen]'") from None
+                                  f"{install_command('gen')}") from None
         try:
             parts = dict(
                 unet=UNet2DConditionModel.from_pretrained(model, subfolder="unet"),

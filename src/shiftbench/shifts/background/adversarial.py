@@ -2,10 +2,10 @@
 
 The background is a low-resolution colour field ``P`` (``grid`` x ``grid`` x 3 logits, seeded init),
 upsampled bilinearly to the image size, squashed by a sigmoid and laid behind the object exactly like the
-``compose`` backend (feathered across the dilation band, the object pasted back). AdamW (lr 0.1, as
-ObjectCompose's Algorithm 1) updates ``P`` to MAXIMISE the cross-entropy of the true label under the source
-classifier (default: the bundled EfficientNet-Lite0) through its differentiable preprocessing
-(``forward_images``). Severity 1..5 sets the number of iterations to 6, 12, 18, 24, 30 (5 = the paper's
+``compose`` backend (no band around an exact mask, a feathered dilation band around an estimated one, the
+object pasted back). AdamW (lr 0.1, as ObjectCompose's Algorithm 1) updates ``P`` to MAXIMISE the
+cross-entropy of the true label under the source classifier (default: the bundled EfficientNet-Lite0)
+through its differentiable preprocessing (``forward_images``). Severity 1..5 sets the number of iterations to 6, 12, 18, 24, 30 (5 = the paper's
 N = 30, always run in full by default, as Algorithm 1 does: the longer attack transfers better). With
 ``early_stop=True`` an image stops as soon as the classifier's top-1 is wrong on the image as it will be
 saved (uint8, through the model's own predict path): cheaper, a minimal attack that transfers less.
@@ -117,12 +117,12 @@ class AdversarialTexture(BackgroundShift):
         if num_classes is not None and not 0 <= sample.label < num_classes:
             raise ShiftbenchError(f"sample {sample.id}: label {sample.label} is outside the source classifier's "
                                   f"{num_classes} classes")
-        mask = self.object_mask(sample)
+        mask, band = self.object_mask(sample), self.band(sample)
         h, w = sample.size
         init = np.random.default_rng(int(params["init_seed"])).normal(0.0, 1.5, size=(1, 3, self.grid, self.grid))
         p = torch.tensor(init, dtype=torch.float32, requires_grad=True)
         image = torch.from_numpy(sample.image).permute(2, 0, 1)[None].float() / 255.0
-        alpha = torch.from_numpy(feather_alpha(mask, self.dilation))[None, None]
+        alpha = torch.from_numpy(feather_alpha(mask, band))[None, None]
         target = torch.tensor([int(sample.label)])
         opt = torch.optim.AdamW([p], lr=self.lr)
 
@@ -142,7 +142,7 @@ class AdversarialTexture(BackgroundShift):
                 # resize differs from the differentiable one, so a float-only success can be lost in rounding)
                 with torch.no_grad():
                     bg_now = (background()[0].permute(1, 2, 0) * 255.0).numpy().astype(np.float32)
-                saved = blend_background(sample.image, bg_now, mask, 1.0, self.dilation)
+                saved = blend_background(sample.image, bg_now, mask, 1.0, band)
                 fooled = int(np.argmax(model.predict_logits([saved])[0])) != int(sample.label)
             if (fooled and self.early_stop) or step == int(params["steps"]):
                 break
@@ -153,13 +153,13 @@ class AdversarialTexture(BackgroundShift):
         with torch.no_grad():
             bg = (background()[0].permute(1, 2, 0) * 255.0).numpy().astype(np.float32)
         if not self.early_stop and hasattr(model, "predict_logits"):  # report success on the saved bytes
-            saved = blend_background(sample.image, bg, mask, 1.0, self.dilation)
+            saved = blend_background(sample.image, bg, mask, 1.0, band)
             fooled = int(np.argmax(model.predict_logits([saved])[0])) != int(sample.label)
         return bg, {"iterations": used, "fooled": bool(fooled), "loss_start": round(float(first_loss), 4),
                     "loss": round(loss_value, 4)}
 
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         bg, record = self.optimise(sample, params)
-        image = blend_background(sample.image, bg, self.object_mask(sample), 1.0, self.dilation)
+        image = blend_background(sample.image, bg, self.object_mask(sample), 1.0, self.band(sample))
         meta = {**sample.meta, "background_shift": self.name, "attack": record}
         return sample.replace(image=image, meta=meta)

@@ -2,10 +2,14 @@
 
 A background shift changes only what lies outside the object. Its mask comes from a provider
 (``mask="auto"``: the sample's own mask when it has one, else U2-Net-p). The new background is laid over
-the old one with weight ``w`` (set by severity) outside the mask dilated by ``dilation`` px (elliptical
-kernel, default 6 px as ObjectCompose); inside the dilation band the weight ramps linearly from ``w`` at the
-band's outer edge down to 0 at the object (a feathered seam, no hard cut-out line); inside the undilated
-mask the original pixels are copied back byte for byte.
+the old one with weight ``w`` (set by severity). An exact mask (the sample's own: the ``objects``
+cut-outs' alpha, COCO / VOC annotations; ``conditioning.masks.mask_is_exact``) is used as it is: weight
+``w`` everywhere outside the mask, so at severity 5 no pixel of the old background is left. An estimated
+mask (u2netp, grabcut, sam) may miss the object's rim, so around it a band of ``dilation`` px (elliptical
+kernel, default 6 px as ObjectCompose) is feathered: inside the band the weight ramps linearly from ``w``
+at the band's outer edge down to 0 at the object (a seam without a hard cut-out line, at the price of
+some old background near the object). Inside the undilated mask the original pixels are copied back
+byte for byte either way.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...conditioning.masks import DEFAULT_DILATION, check_object_mask, create_mask_provider, dilate
+from ...conditioning.masks import DEFAULT_DILATION, check_object_mask, create_mask_provider, dilate, mask_is_exact
 from ...errors import ShiftbenchError
 from ...sample import Sample
 from ..base import Shift
@@ -100,7 +104,8 @@ class BackgroundShift(Shift):
 
     ``mask``: ``"auto"`` (the sample's mask, else u2netp), ``"ground_truth"``, ``"u2netp"``, ``"grabcut"``
     or ``"sam"``; ``mask_options``: keyword arguments for the provider. ``dilation``: px of the band
-    around the object that is feathered (and, for background_only, removed with the object).
+    feathered around an estimated mask (an exact one gets none: :meth:`band`) and, for background_only,
+    removed with the object.
     """
 
     kind: ClassVar[str] = "sample"
@@ -131,6 +136,7 @@ class BackgroundShift(Shift):
         if self.provider_name(sample) == "ground_truth" and sample.mask is None:
             raise ShiftbenchError(f"shift {self.name!r} needs samples with a mask (mask='ground_truth'); "
                                   f"sample {sample.id} has none")
+        self.mask_exact(sample)  # a malformed meta 'mask_exact' is refused here, before anything is drawn
 
     def load_conditioning(self, sample: Sample) -> None:
         """Load the mask provider that samples like ``sample`` need (u2netp's file, SAM's weights)."""
@@ -148,6 +154,17 @@ class BackgroundShift(Shift):
         options = self.mask_options if name == self.mask_name else {}
         result = _shared_provider(name, options).one(sample)
         return check_object_mask(result.mask, sample.size, f"shift {self.name!r}, sample {sample.id} ({name} mask)")
+
+    def mask_exact(self, sample: Sample) -> bool:
+        """True when the shift uses the sample's own mask and that mask is exact (``mask_is_exact``: the
+        ``objects`` alpha cut-outs, COCO / VOC annotations, unless ``meta["mask_exact"]`` is False)."""
+        return self.provider_name(sample) == "ground_truth" and mask_is_exact(sample)
+
+    def band(self, sample: Sample) -> int:
+        """Px of the feathered band around the object: 0 for an exact mask (the object laid on the new
+        background by its mask, nothing of the old background left around it), ``dilation`` for an
+        estimated one (a seam that hides the provider's errors on the rim, keeping some old background)."""
+        return 0 if self.mask_exact(sample) else self.dilation
 
     # -- the contract -----------------------------------------------------------------------------
     def background_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -167,5 +184,5 @@ class BackgroundShift(Shift):
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         mask = self.object_mask(sample)
         bg = self.background(sample, params)
-        image = blend_background(sample.image, bg, mask, float(params["weight"]), self.dilation)
+        image = blend_background(sample.image, bg, mask, float(params["weight"]), self.band(sample))
         return sample.replace(image=image, meta={**sample.meta, "background_shift": self.name})

@@ -236,8 +236,9 @@ class BackgroundScene(BackgroundShift):
         if meta.get("object_id") is not None:
             return set(objects.object_info(meta["object_id"]).contexts)
         raise ShiftbenchError(f"{where}: needs the object's contexts, from meta 'object_id' (the objects dataset) "
-                              f"or meta 'contexts' (a list of {', '.join(objects.CONTEXTS)}); an image folder has "
-                              "neither: use the objects dataset, a Dataset whose samples set meta['contexts'], or "
+                              f"or meta 'contexts' (a list of {', '.join(objects.CONTEXTS)}); give an image folder "
+                              "its contexts with dataset_params: {contexts: FILE} (TSV lines CLASS<TAB>grass,forest; "
+                              "or contexts: bundled for ImageNet wnid folders; docs/datasets.md), or use "
                               "scene: random or a scene id")
 
     def check_sample(self, sample: Sample) -> None:

@@ -7,9 +7,10 @@ tokenizer, and a DDIM scheduler, loaded from a hub id or local folder in diffuse
 (how the tests build tiny random ones). Real weights are only loaded when the user names them; the
 default id is ``stabilityai/stable-diffusion-2-inpainting`` (guidance 7.5, DDIM 20 steps, 512 px).
 
-Masks: the object mask is dilated (6 px, elliptical) and everything outside it is regenerated; the
-generated picture is resized back to the sample's size and laid behind the object exactly as the
-``compose`` backend does (feathered band, original pixels pasted back inside the undilated mask).
+Masks: an estimated object mask is dilated (6 px, elliptical) and everything outside it is regenerated;
+an exact one (the sample's own, ``BackgroundShift.band``) is not dilated. The generated picture is resized
+back to the sample's size and laid behind the object exactly as the ``compose`` backend does (a feathered
+band around an estimated mask, none around an exact one; original pixels pasted back inside the mask).
 Prompts: a prompt name of the ObjectCompose sets (``class_label``, ``caption``, ``color1``..``color4``,
 ``texture1``..``texture4``) or a sentence. ``caption`` uses the sample's caption, else the ``captioner``
 (``template``, ``blip2``, or ``{"name": "blip2", "model": FOLDER}``); with neither it raises instead of prompting with a placeholder. Masks and
@@ -87,7 +88,9 @@ def load_components(model: Any = DEFAULT_MODEL, device: str = "cpu", dtype: str 
             import torch
             import transformers
         except ImportError:
-            raise ShiftbenchError("diffusion backgrounds need: pip install 'shiftbench[gen]'") from None
+            from ...install import install_command
+
+            raise ShiftbenchError(f"diffusion backgrounds need: {install_command('gen')}") from None
         torch_dtype = getattr(torch, dtype, None)
         if dtype not in ("float32", "float16", "bfloat16") or torch_dtype is None:
             raise ShiftbenchError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
@@ -190,9 +193,10 @@ class _DiffusionBackground(BackgroundShift):
 
         images, repaint = [], []
         for s in samples:
-            keep = dilate(self.object_mask(s), self.dilation)
             if self.region == "object":  # object removal: regenerate the dilated object, keep the rest
-                keep = ~keep
+                keep = ~dilate(self.object_mask(s), self.dilation)
+            else:  # the object and its band (none around an exact mask): the model never sees the old background
+                keep = dilate(self.object_mask(s), self.band(s))
             images.append(cv2.resize(s.image, (self.size, self.size), interpolation=cv2.INTER_AREA))
             repaint.append(cv2.resize((~keep).astype(np.uint8), (self.size, self.size), interpolation=cv2.INTER_NEAREST))
         parts = self.parts
@@ -250,7 +254,7 @@ class _DiffusionBackground(BackgroundShift):
 
         h, w = sample.size
         bg = cv2.resize((generated01 * 255.0).astype(np.float32), (w, h), interpolation=cv2.INTER_LINEAR)
-        return blend_background(sample.image, bg, self.object_mask(sample), 1.0, self.dilation)
+        return blend_background(sample.image, bg, self.object_mask(sample), 1.0, self.band(sample))
 
 
 class BackgroundInpaint(_DiffusionBackground):
@@ -368,10 +372,12 @@ class AdversarialDiffusion(_DiffusionBackground):
         z_t = latents.detach().clone().requires_grad_(True)
         e_t = text.detach().clone().requires_grad_(True)
         opt = torch.optim.AdamW([z_t, e_t], lr=self.lr)
-        # the image at the classifier's input: generated background behind the exact object (feathered band)
+        # the image at the classifier's input: generated background behind the exact object (a feathered band
+        # around an estimated mask only)
         h, w = sample.size
         original = torch.from_numpy(sample.image).permute(2, 0, 1)[None].float().to(parts.device) / 255.0
-        alpha = torch.from_numpy(feather_alpha(self.object_mask(sample), self.dilation))[None, None].to(parts.device)
+        alpha = torch.from_numpy(feather_alpha(self.object_mask(sample), self.band(sample)))[None, None]
+        alpha = alpha.to(parts.device)
         with torch.no_grad():
             clean_out = classifier.forward_images(original).float()
 
@@ -399,7 +405,7 @@ class AdversarialDiffusion(_DiffusionBackground):
         with torch.no_grad():
             _, gen = finish(z_t, e_t)
         image = blend_background(sample.image, gen[0].permute(1, 2, 0).cpu().numpy() * 255.0, self.object_mask(sample),
-                                 1.0, self.dilation)
+                                 1.0, self.band(sample))
         meta = {**sample.meta, "background_shift": self.name, "prompt": params["prompt"],
                 "attack": {"iterations": self.iterations, "loss": [round(v, 4) for v in self.history]}}
         return sample.replace(image=image, meta=meta)
