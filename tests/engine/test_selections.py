@@ -157,12 +157,13 @@ def _entry(e) -> object:
 
 
 def _conditions(e) -> set:
-    """What an entry plans: (name, params, severity) triples (a bare name: all severities)."""
+    """What an entry plans: (name, params, severity) triples (a bare name: the shift's default severity where
+    it declares one, as backgrounds do (5), else all severities)."""
     if e == "clean":
         return {("clean", "", 0)}
     name, x = e
     if name == "background_color":
-        return {(name, x or "", s) for s in range(1, 6)}
+        return {(name, x or "", 5)}
     return {(name, "", s) for s in (x or range(1, 6))}
 
 
