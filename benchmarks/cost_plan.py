@@ -1,6 +1,7 @@
 """Per-image costs behind the worked cost plans of docs/scale.md, measured on this machine's CPU.
 
-    python benchmarks/cost_plan.py [--quick] [--json benchmarks/results/cost_plan.json]
+    python benchmarks/cost_plan.py [--json benchmarks/results/cost_plan.json]
+    python benchmarks/cost_plan.py --quick [--json OUT]   # a smoke run: never writes benchmarks/results/
 
 What it measures (no downloads: every model is random-init from its config, timing needs no weights):
 
@@ -16,7 +17,8 @@ What it measures (no downloads: every model is random-init from its config, timi
   object back over the new background (a real 512 px photograph from scikit-image standing in for
   the generated one), and the PNG encode time and size of that output.
 
---quick: fewer images and repeats, ViT batch 8, UNet at a 32x32 latent, no VAE (a smoke run, minutes).
+--quick: fewer images and repeats, ViT batch 8, UNet at a 32x32 latent, no VAE (a smoke run, minutes); its
+``--json`` may not name a file under ``benchmarks/results/`` (the committed results are never overwritten).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "src"))
 
 COMMON = ["gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
@@ -234,8 +237,10 @@ def bench_composite(n_images: int, repeats: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: fewer repeats, smaller batches")
-    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON (with --quick: not under benchmarks/results/)")
     args = ap.parse_args()
+    if args.quick and args.json is not None and args.json.resolve().is_relative_to(RESULTS_DIR.resolve()):
+        ap.error("--quick never writes the committed results file; give another --json or none")
     q = args.quick
     out: dict[str, Any] = {"quick": q, "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                                    "python": platform.python_version(),

@@ -1,7 +1,8 @@
 """Engine overhead at scale: the same work on the local engine and on the Ray engine, printed as a table.
 
-    python benchmarks/scale.py [--only generate|evaluate|memory] [--quick] [--images 200] [--workers 2]
+    python benchmarks/scale.py [--only generate|evaluate|memory] [--images 200] [--workers 2]
                                [--shift-set common] [--severities 1-5] [--json benchmarks/results/scale.json]
+    python benchmarks/scale.py --quick [...] [--json OUT]   # a smoke run: never writes benchmarks/results/
 
 Generate: the 15 ImageNet-C corruptions x 5 severities on ``--images`` images (an image folder built
 from the built-in ``objects`` photos: the 94 renders, then their mirror images, then again, so every
@@ -17,7 +18,8 @@ background conditions the demo held before its ObjectCompose part became a run o
 (``BACKGROUNDS``, the adversarial attack included) = 88 conditions, with ``shiftbench.evaluate`` on the local engine (this process)
 and on the Ray engine (actors on a local cluster of ``--workers`` CPUs started before the clock; the
 actors' setup, each loading the three models, is inside the clock). Every result row is compared
-(values equal, not close). ``--quick``: clean + 3 corruptions at severity 3 (a smoke run).
+(values equal, not close). ``--quick``: clean + 3 corruptions at severity 3 (a smoke run; its ``--json``
+may not name a file under ``benchmarks/results/``: the committed results are never overwritten).
 
 Memory: the driver's peak RSS (``ru_maxrss`` of a fresh process per run) of ``evaluate`` with
 ``dummy_classifier`` on an image folder of 1,000 and 20,000 small photos (clean + brightness),
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT / "src"))
 
 
@@ -274,11 +277,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,20000", help="Memory: sample counts, comma separated.")
     parser.add_argument("--trace", action="store_true", help="Memory: also report tracemalloc's top lines.")
     parser.add_argument("--json", default=None, help="Also write the results to this JSON file (parts not run "
-                        "keep their earlier entry).")
+                        "keep their earlier entry; with --quick: not under benchmarks/results/).")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--samples", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--engine", default="local", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick and args.json is not None and Path(args.json).resolve().is_relative_to(RESULTS_DIR.resolve()):
+        parser.error("--quick never writes the committed results file; give another --json or none")
     if args.memory_child:
         memory_child(args.memory_child, args.samples, args.engine, args.workers, args.trace)
         return

@@ -1,7 +1,8 @@
 """Worked example: does background and attribute augmentation help a linear head on frozen EfficientNet-Lite0 features?
 
-    python benchmarks/train_augment_example.py [--quick] [--epochs 8] [--seed 0]
+    python benchmarks/train_augment_example.py [--epochs 8] [--seed 0]
                                                [--json benchmarks/results/train_augment_example.json]
+    python benchmarks/train_augment_example.py --quick [--json OUT]   # the smoke run: no results file unless --json
 
 1. Split the built-in ``objects`` dataset by *object*: keep the ImageNet classes with at least two cut-outs
    (11 classes, 25 objects), and per class hold out ``floor(n / 2)`` objects, chosen by a generator seeded
@@ -27,7 +28,8 @@
    restricted to the 11 classes, is shown for reference.
 
 Nothing is cached to disk; the only output is the JSON. ``--quick`` (two placements per training object,
-one per held-out object, two epochs) is the smoke test's size.
+one per held-out object, two epochs) is the smoke test's size: it writes no JSON unless ``--json`` names a
+file outside ``benchmarks/results/`` (one there is refused: the committed results are never overwritten).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "train_augment_example.json"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DEFAULT_JSON = RESULTS_DIR / "train_augment_example.json"
 
 # the augmentation: background and attribute shifts, every variant; weights give each of the six shifts
 # the same share, split evenly over its variants
@@ -384,8 +387,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--epochs", type=int, default=None,
                     help=f"augmented copies per training image (default {FULL['epochs']}, {QUICK['epochs']} with --quick)")
     ap.add_argument("--seed", type=int, default=0, help="split, placements, policy, evaluation shifts, bootstrap")
-    ap.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write the result")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="where to write the result (default: benchmarks/results/train_augment_example.json; "
+                         "none with --quick)")
     args = ap.parse_args(argv)
+    if args.quick:
+        if args.json is not None and args.json.resolve().is_relative_to(RESULTS_DIR.resolve()):
+            ap.error("--quick never writes the committed results file; give another --json or none")
+    else:
+        args.json = args.json or DEFAULT_JSON
     size = dict(QUICK if args.quick else FULL)
     if args.epochs is not None:
         if args.epochs < 1:
@@ -414,9 +424,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(object_table(result))
     print(f"\nwall time {result['seconds']['wall']:.0f} s (load average {result['machine']['load_average']:.1f} "
           f"on {result['machine']['cpus']} CPUs)")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json}")
     return result
 
 

@@ -454,7 +454,7 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
 
 @cli.command("demo")
 @click.option("--out", default="shiftbench-demo", show_default=True, type=click.Path(file_okay=False))
-@click.option("--quick", is_flag=True, help="A smaller run (about 2 minutes).")
+@click.option("--quick", is_flag=True, help="A smaller run (about a minute on 2 CPU cores).")
 def demo_cmd(out: str, quick: bool) -> None:
     """Run the bundled benchmark on built-in data with the bundled models and write a report."""
     from .demo import run_demo

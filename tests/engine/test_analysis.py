@@ -136,6 +136,8 @@ def test_penultimate_features_and_embedding():
 
 @pytest.mark.parametrize("section, message", [
     ({"views": ["gradcam", "saliency"]}, "analysis.views[1]: unknown view 'saliency'"),
+    ({"views": ["gradcam", "reliance", "gradcam"]}, "analysis.views: repeated views ['gradcam', 'reliance', 'gradcam']"),
+    ({"views": []}, "analysis.views: expected a list of gradcam"),
     ({"samples": 0}, "analysis.samples: expected an integer of at least 1"),
     ({"limit": 2}, "analysis.limit: expected an integer of at least 4"),
     ({"target": "true"}, "analysis.target: expected predicted or label"),

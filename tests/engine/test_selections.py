@@ -143,16 +143,18 @@ ENTRY = st.one_of(
     st.just("clean"),
     st.tuples(st.sampled_from(["gaussian_noise", "fog"]),
               st.one_of(st.none(), st.lists(st.integers(1, 5), min_size=1, max_size=3, unique=True))),
-    st.tuples(st.just("background_color"), st.sampled_from([None, "red", "blue"])),
+    st.tuples(st.just("background_color"), st.sampled_from([None, "red", "blue"]),
+              st.one_of(st.none(), st.lists(st.integers(1, 5), min_size=1, max_size=2, unique=True))),
 )
 
 
 def _entry(e) -> object:
     if e == "clean":
         return "clean"
-    name, x = e
+    name, x, *sev = e
     if name == "background_color":
-        return {"name": name, "params": {"color": x}} if x else name
+        entry = {"name": name, **({"params": {"color": x}} if x else {}), **({"severities": sev[0]} if sev[0] else {})}
+        return entry if len(entry) > 1 else name
     return name if x is None else {"name": name, "severities": x}
 
 
@@ -161,9 +163,9 @@ def _conditions(e) -> set:
     it declares one, as backgrounds do (5), else all severities)."""
     if e == "clean":
         return {("clean", "", 0)}
-    name, x = e
-    if name == "background_color":
-        return {(name, x or "", 5)}
+    name, x, *sev = e
+    if name == "background_color":  # bare: severity 5 (so a bare entry and one at [3] plan different conditions)
+        return {(name, x or "", s) for s in (sev[0] or [5])}
     return {(name, "", s) for s in (x or range(1, 6))}
 
 

@@ -330,6 +330,20 @@ class Spec:
         }
 
 
+def _name_list(value: Any, choices: Sequence[str], where: str, what: str) -> list[str]:
+    """A name or a non-empty list of distinct names, each one of ``choices`` (the quality metrics, the views)."""
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        raise SpecError(f"{where}: expected a list of {', '.join(choices)}; got {value!r}")
+    for i, name in enumerate(names):
+        if name not in choices:
+            raise SpecError(f"{where}[{i}]: unknown {what} {name!r}{_suggest(str(name), list(choices))}; "
+                            f"choose from {', '.join(choices)}")
+    if len(set(names)) != len(names):
+        raise SpecError(f"{where}: repeated {what}s {names}")
+    return names
+
+
 def _parse_quality(value: Any, source: str | None) -> QualitySection | None:
     """``quality: {metrics, severity, limit, features, clip}``, checked and normalised (defaults filled in,
     so a spec that writes a default out and one that leaves it out are the same run)."""
@@ -339,17 +353,8 @@ def _parse_quality(value: Any, source: str | None) -> QualitySection | None:
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected a mapping with keys {', '.join(QUALITY_KEYS)}; got {value!r}")
     _known_keys(value, QUALITY_KEYS, lambda key: f"{where}.{key}")
-    metrics = value.get("metrics", list(QualitySection.metrics))
-    if isinstance(metrics, str):
-        metrics = [metrics]
-    if not isinstance(metrics, list) or not metrics:
-        raise SpecError(f"{where}.metrics: expected a list of {', '.join(QUALITY_METRICS)}; got {metrics!r}")
-    for i, m in enumerate(metrics):
-        if m not in QUALITY_METRICS:
-            raise SpecError(f"{where}.metrics[{i}]: unknown quality metric {m!r}{_suggest(str(m), list(QUALITY_METRICS))}; "
-                            f"choose from {', '.join(QUALITY_METRICS)}")
-    if len(set(metrics)) != len(metrics):
-        raise SpecError(f"{where}.metrics: repeated metrics {metrics}")
+    metrics = _name_list(value.get("metrics", list(QualitySection.metrics)), QUALITY_METRICS, f"{where}.metrics",
+                         "quality metric")
     severity = value.get("severity", 5)
     if isinstance(severity, bool) or not isinstance(severity, int) or not 1 <= severity <= 5:
         raise SpecError(f"{where}.severity: expected an integer in 1..5, got {severity!r}")
@@ -385,15 +390,7 @@ def _parse_analysis(value: Any, source: str | None) -> AnalysisSection | None:
     value = _switch_section(value, ANALYSIS_KEYS, where)
     if value is None:
         return None
-    views = value.get("views", list(ANALYSIS_VIEWS))
-    if isinstance(views, str):
-        views = [views]
-    if not isinstance(views, list) or not views:
-        raise SpecError(f"{where}.views: expected a list of {', '.join(ANALYSIS_VIEWS)}; got {views!r}")
-    for i, v in enumerate(views):
-        if v not in ANALYSIS_VIEWS:
-            raise SpecError(f"{where}.views[{i}]: unknown view {v!r}{_suggest(str(v), list(ANALYSIS_VIEWS))}; "
-                            f"choose from {', '.join(ANALYSIS_VIEWS)}")
+    views = _name_list(value.get("views", list(ANALYSIS_VIEWS)), ANALYSIS_VIEWS, f"{where}.views", "view")
     out: dict[str, Any] = {"views": tuple(v for v in ANALYSIS_VIEWS if v in views)}
     for key, default, least in (("samples", 4, 1), ("limit", 64, 4)):
         n = value.get(key, default)
@@ -581,7 +578,8 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
     models = _label_models(models, source)
     shifts = [dataclasses.replace(_parse_shift(s, _where(source, f"shifts[{i}]")), index=i)
               for i, s in enumerate(_as_list(spec, "shifts", source))]
-    _refuse_repeats(shifts, source)
+    if not check_names:  # else compared in _check_names, on the severities each entry resolves to
+        _refuse_repeats(shifts, source)
     if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
         shifts.insert(0, ShiftSpec("clean", (0,), {}))
     else:
@@ -777,20 +775,36 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
 
 def _refuse_repeats(shifts: list[ShiftSpec], source: str | None) -> None:
     """The same shift with the same params at the same severity in two entries would be planned twice and
-    stored once: refused, naming both entries. A bare name (no severities yet) stands for all of them."""
+    stored once: refused, naming both entries. A bare name (no severities yet) is compared once its
+    severities are resolved (``_check_names``: the shift's default severity, or all of them)."""
     import json
 
     earlier: dict[str, list[ShiftSpec]] = {}
-    for s in shifts:
+    for s in sorted(shifts, key=lambda s: -1 if s.index is None else s.index):  # as listed (clean is moved first)
         key = f"{s.name}\x1f{json.dumps(s.params, sort_keys=True, default=repr)}"
         for other in earlier.get(key, []):
-            common = sorted(set(s.severities) & set(other.severities))
-            if common or not s.severities or not other.severities:
+            common = sorted(set(s.severities or _bare_severities(s.name))
+                            & set(other.severities or _bare_severities(other.name)))
+            if common:
                 params = f" {json.dumps(s.params, sort_keys=True, default=repr)}" if s.params else ""
                 at = f", severity {', '.join(map(str, common))}" if common else ""
                 raise SpecError(f"{_where(source, f'shifts[{s.index}]')}: repeats shifts[{other.index}] ({s.name!r}"
                                 f"{params}{at}); list each shift, params and severity once")
         earlier.setdefault(key, []).append(s)
+
+
+def _bare_severities(name: str) -> tuple[int, ...]:
+    """What a bare entry runs, from its registered class alone (a spec parsed without creating its shifts):
+    the declared default severity, else every severity of the range (1-5 for an unknown name)."""
+    from ..registry import SHIFTS
+
+    try:
+        factory = SHIFTS.entry(name).resolve()
+    except ShiftbenchError:
+        return tuple(range(1, 6))
+    lo, hi = getattr(factory, "severities", (1, 5))
+    default = getattr(factory, "default_severity", None)
+    return (int(default),) if isinstance(default, int) and lo <= default <= hi else tuple(range(lo, hi + 1))
 
 
 def _check_names(spec: Spec, source: str | None) -> None:
@@ -816,6 +830,7 @@ def _check_names(spec: Spec, source: str | None) -> None:
         if bad:
             raise SpecError(f"{where}.severities: {bad} outside {lo}..{hi} for shift {s.name!r}")
         resolved.append(ShiftSpec(s.name, severities, s.params, s.index, shift))  # the run reuses the shift
+    _refuse_repeats(resolved, source)  # bare entries now carry the severities they will run
     spec.shifts = resolved
     for i, m in enumerate(spec.models):
         if m.name not in MODELS:
