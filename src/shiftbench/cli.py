@@ -327,7 +327,7 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @cli.command("generate")
 @click.option("--dataset", required=True, help="Registered dataset name or a dataset folder.")
 @click.option("--shift", "shifts", required=True, multiple=True,
-              help="Shift name, comma list, glob, or a group: all (19 corruptions), common (the 15 of ImageNet-C), "
+              help="Shift name, comma list, glob, or a group: all (19 corruptions), common (the 15 of ImageNet-C), cbar (the 10 of ImageNet-C-bar), "
                    "noise, blur, weather, digital, extra, text, background, attribute.")
 @click.option("--severity", default="3", show_default=True, help="Severity, list (1,3,5) or range (1-5).")
 @click.option("--out", required=True, type=click.Path(), help="Output folder (new, or one generate wrote before).")

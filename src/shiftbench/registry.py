@@ -222,6 +222,7 @@ SHIFTS = Registry(
     providers=[
         "shiftbench.shifts.basic",
         "shiftbench.shifts.corruptions",
+        "shiftbench.shifts.cbar",
         "shiftbench.shifts.text",
         "shiftbench.shifts.background",
         "shiftbench.shifts.attributes",

@@ -67,6 +67,22 @@ def test_the_whole_protocol_gets_mce_and_relative_mce():
     assert imagenet_c_coverage(rows)["full"]
 
 
+def test_cbar_is_a_column_of_its_own_beside_the_whole_imagenet_c_protocol():
+    """C-bar's ten never enter ImageNet-C's mean or its mCE (which stay over the 15), nor "other shifts"."""
+    from shiftbench.shifts.cbar import CBAR_CORRUPTIONS
+
+    rows = full_protocol()
+    for m in ("a", "b"):
+        rows += [_row(m, c, 0.6 - 0.05 * s, severity=s) for c in CBAR_CORRUPTIONS for s in range(1, 6)]
+    head = _head(rows)
+    assert [c["head"] for c in head["columns"]] == ["top1 (%)", "mean of 15 corruptions", "mCE", "rel. mCE",
+                                                    "mean of 10 C-bar corruptions"]
+    assert head["groups"] == [("clean", 1), ("ImageNet-C", 3), ("ImageNet-C-bar", 1)]
+    alone = _head(full_protocol())["rows"][0]["cells"]
+    assert [c["text"] for c in head["rows"][0]["cells"][:4]] == [c["text"] for c in alone]  # ImageNet-C's unchanged
+    assert head["rows"][0]["cells"][4]["text"] == "45.0 (-35.0)"  # the mean of 0.6 - 0.05 s over s = 1..5
+
+
 @pytest.mark.parametrize("cut", ["one condition of one model", "a severity", "a corruption", "params"])
 def test_any_part_of_the_protocol_missing_means_no_mce(cut):
     rows = full_protocol()

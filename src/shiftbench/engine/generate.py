@@ -102,22 +102,20 @@ def parse_severities(text: str | int | Sequence[int]) -> list[int]:
 def resolve_shifts(items: Iterable[str]) -> list[str]:
     """Expand shift names, comma lists, globs and groups.
 
-    Corruption groups: ``all`` (the 19), ``common`` (the 15 of ImageNet-C), ``noise``, ``blur``,
-    ``weather``, ``digital``, ``extra``; any other ``group`` of the registry (``text``, ``background``,
-    ``attribute``) works the same way.
+    Groups (``shifts.groups``): ``all`` (ImageNet-C's 19), ``common`` (its 15), ``noise``, ``blur``,
+    ``weather``, ``digital``, ``extra``, ``cbar`` (ImageNet-C-bar's 10); any other ``group`` of the registry
+    (``text``, ``background``, ``attribute``) works the same way.
     """
-    from ..shifts.corruptions import CORRUPTION_GROUPS
+    from ..shifts.groups import group_members
 
     names: list[str] = []
-    entries = SHIFTS.entries()
     for item in items:
         for word in (w.strip() for w in str(item).split(",")):
             if not word:
                 continue
-            if word in CORRUPTION_GROUPS:
-                found = list(CORRUPTION_GROUPS[word])
-            elif any(e.meta.get("group") == word for e in entries):
-                found = [e.name for e in entries if e.meta.get("group") == word]
+            members = group_members(word)
+            if members is not None:
+                found = members
             elif any(ch in word for ch in "*?["):
                 found = SHIFTS.names(word)
                 if not found:

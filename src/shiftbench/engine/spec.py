@@ -29,7 +29,7 @@ TOP_KEYS = {
     "dataset": "registered dataset name or path",
     "dataset_params": "keyword arguments of the dataset",
     "models": "list of model names or {name, params}",
-    "shifts": "list of shift names or {name, severities, params}; each (shift, params, severity) once; a bare name "
+    "shifts": "list of shift names, group names (common, cbar, noise, ...: one entry per member) or {name, severities, params}; each (shift, params, severity) once; a bare name "
               "runs the shift's default severity where it has one (backgrounds: 5), else all its severities",
     "metrics": "list of metric names (default: each model's task's, e.g. top1 and ece for classifiers)",
     "seed": "integer seed, 0 <= seed < 2**63 (default 0)",
@@ -576,8 +576,9 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
 
     models = [_parse_model(m, _where(source, f"models[{i}]")) for i, m in enumerate(_as_list(spec, "models", source))]
     models = _label_models(models, source)
-    shifts = [dataclasses.replace(_parse_shift(s, _where(source, f"shifts[{i}]")), index=i)
-              for i, s in enumerate(_as_list(spec, "shifts", source))]
+    shifts = [dataclasses.replace(entry, index=i)
+              for i, s in enumerate(_as_list(spec, "shifts", source))
+              for entry in _expand_group(_parse_shift(s, _where(source, f"shifts[{i}]")), _where(source, f"shifts[{i}]"))]
     if not check_names:  # else compared in _check_names, on the severities each entry resolves to
         _refuse_repeats(shifts, source)
     if not any(s.name == "clean" for s in shifts):  # every run records its clean baseline
@@ -771,6 +772,20 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
             raise SpecError(f"{where}.shifts: {exc}") from None
         params = {"shifts": steps}
     return ShiftSpec(name, severities, dict(params))
+
+
+def _expand_group(entry: ShiftSpec, where: str) -> list[ShiftSpec]:
+    """A group's name (``common``, ``cbar``, ``noise``, ...: ``shifts.groups``) as one entry per member, each
+    with the entry's severities, so a spec that names the group is the run of one that lists its shifts."""
+    from ..shifts.groups import group_members
+
+    members = group_members(entry.name)
+    if members is None:
+        return [entry]
+    if entry.params:
+        raise SpecError(f"{where}.params: {entry.name!r} is a group of {len(members)} shifts, which take params "
+                        "one by one; list the shifts that need params")
+    return [ShiftSpec(name, entry.severities) for name in members]
 
 
 def _refuse_repeats(shifts: list[ShiftSpec], source: str | None) -> None:

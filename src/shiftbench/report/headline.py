@@ -135,6 +135,12 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
         # "ImageNet-C" only for the whole protocol; a few of its corruptions are "corruptions"
         group = "ImageNet-C" if imagenet_c_coverage(rows, metric)["full"] else "corruptions"
         out.append((group, "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}", corr))
+    from ..shifts.cbar._base import cbar_levels  # the published table: C-bar's ten, a column of their own
+
+    cbar = [r for r in mrows if r["shift"] in cbar_levels()]
+    if cbar:
+        k = len({r["shift"] for r in cbar})
+        out.append(("ImageNet-C-bar", "cbar", f"mean of {k} C-bar corruption{'s' if k != 1 else ''}", cbar))
     families: dict[str, list[dict[str, Any]]] = {}
     for r in mrows:
         fam = family_of(r["shift"], r["params"])
