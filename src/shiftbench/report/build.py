@@ -111,6 +111,8 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
         summaries = _summaries(out, rows, prefix, quality, unc, curated=bool(run.get("curation")))
+        if samples and main is not None:  # where each model breaks (report/failure.py)
+            summaries += _failure_summary(out, samples, main.metric, prefix, int(run.get("seed") or 0))
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         if run.get("analysis"):
             blocks = analysis_blocks(run["analysis"], seed=int(run.get("seed") or 0))
@@ -132,6 +134,20 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
                          "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
     (out / "report.html").write_text(_render(sections), encoding="utf-8")
+
+
+def _failure_summary(out: Path, samples: list[dict], metric: str, prefix: str, seed: int) -> list[dict[str, Any]]:
+    """The failure-points summary (report/failure.py) and its Markdown export, when the run has curves."""
+    from .blocks import blocks_to_markdown
+    from .failure import failure_blocks, failure_entries
+
+    blocks = failure_blocks(failure_entries(samples, metric, seed=seed), metric)
+    if not blocks:
+        return []
+    (out / f"{prefix}failure_points.md").write_text(
+        blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Failure points"}] + blocks), encoding="utf-8")
+    tag = prefix.rstrip("_")
+    return [{"title": "Failure points", "id": f"{tag}-failure-points".lstrip("-"), "blocks": blocks}]
 
 
 def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict] | None,
