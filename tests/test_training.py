@@ -221,7 +221,7 @@ def test_bad_probability_is_refused(p):
 @pytest.mark.parametrize("severities,match", [
     ([0], r"shifts\[0\] \(gaussian_noise\): severity 0 is outside 1..5"), (6, "severity 6 is outside 1..5"),
     ("2-7", "severity 6 is outside 1..5"), ("high", "not an int"), ([], "empty"), ([2, 2], "repeat"),
-    ([1.5], "not an integer"), ([[1], [2], [3]], "one spec for every shift or a list of 2"),
+    ([0.5], "outside 1..5"), ([[1], [2], [3]], "one spec for every shift or a list of 2"),
 ])
 def test_bad_severities_are_refused(severities, match):
     with pytest.raises(ShiftbenchError, match=match) as exc:
@@ -383,3 +383,12 @@ def test_return_record_gives_the_record_dict_that_replays_the_item(objects, samp
         assert np.array_equal(replayed, item["image"].permute(1, 2, 0).numpy()) and np.array_equal(replayed, shifted.image)
     batch = collate([tensors[0], tensors[1]])
     assert batch["record"] == [tensors[0]["record"], tensors[1]["record"]]
+
+
+def test_in_between_severities_need_a_dial():
+    """A corruption takes 2.5 (a dial); a background replacement takes whole severities only, in one line."""
+    policy = ShiftPolicy(["gaussian_noise"], severities=[1.5, 2.5])
+    assert policy.entries[0].severities == (1.5, 2.5)
+    with pytest.raises(SeverityError, match="background_color.*whole severities") as exc:
+        ShiftPolicy([("background_color", {"color": "red"})], severities=[2.5])
+    _one_line(exc)

@@ -99,9 +99,20 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
         table.add_column("group / details")
         table.add_column("description")
         for e in entries:
-            details = _details(e.meta)
+            details = _details(e.meta) + (_severity_range(e) if k == "shifts" else "")
             table.add_row(e.name, details, summary_line(e.description))
         print_table(console, table)
+
+
+def _severity_range(entry: Any) -> str:
+    """`` severities 1-5`` for a shift's registered class, ``1-5 (dial)`` where any real severity works."""
+    target = entry.target if isinstance(entry.target, type) else None
+    if target is None or not hasattr(target, "severities"):
+        return ""
+    lo, hi = target.severities
+    if lo == hi:
+        return ""
+    return f" severities {lo}-{hi}{' (dial)' if getattr(target, 'continuous', False) else ''}"
 
 
 def _details(meta: dict[str, Any]) -> str:
@@ -329,7 +340,10 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @click.option("--shift", "shifts", required=True, multiple=True,
               help="Shift name, comma list, glob, or a group: all (19 corruptions), common (the 15 of ImageNet-C), cbar (the 10 of ImageNet-C-bar), "
                    "noise, blur, weather, digital, extra, text, background, attribute.")
-@click.option("--severity", default="3", show_default=True, help="Severity, list (1,3,5) or range (1-5).")
+@click.option("--severity", default="3", show_default=True,
+              help="Severity, list (1,3,5), range (1-5) or grid (1-5:0.25: a step of 0.25, both ends included). "
+                   "In-between severities (2.5) for shifts with a dial: the corruptions and ImageNet-C-bar; "
+                   "each is written to <shift>/<severity>/ (gaussian_noise/2.5/).")
 @click.option("--out", required=True, type=click.Path(), help="Output folder (new, or one generate wrote before).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--seed", type=SeedParam(), default=0, show_default=True, help="Random seed, 0 <= seed < 2**63.")
@@ -382,7 +396,7 @@ def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str,
         raise ShiftbenchError(f"--quality {quality} and --jpeg-quality {jpeg_quality} disagree; give --quality only")
     names = resolve_shifts(shifts)
     shift_params = _parse_params(params)
-    summary = generate(dataset, names, parse_severities(severity), out, workers=workers, seed=seed, limit=limit,
+    summary = generate(dataset, names, parse_severities(severity, "--severity"), out, workers=workers, seed=seed, limit=limit,
                        image_format=fmt, layout=layout, shard_samples=shard_samples,
                        quality=quality if quality is not None else jpeg_quality, shift_params=shift_params,
                        progress=True, on_error=on_error, engine=engine, address=address, shard_size=shard_size,

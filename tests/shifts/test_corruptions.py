@@ -86,7 +86,7 @@ def test_batch_equals_items(name):
 @pytest.mark.parametrize("name", ALL)
 def test_severity_out_of_range_refused(name, image):
     shift = SHIFTS.create(name)
-    for bad in (0, 6, -1, 2.5, True):
+    for bad in (0, 6, -1, 0.5, 5.01, float("nan"), True):  # in between (2.5) is a dial now
         with pytest.raises(SeverityError):
             shift(image, severity=bad)
     with pytest.raises(SeverityError):

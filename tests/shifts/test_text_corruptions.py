@@ -122,7 +122,7 @@ def test_batched_ascii_path_equals_one_by_one_on_awkward_texts(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("bad", [0, 6, -1, 2.5, True, "3"])
+@pytest.mark.parametrize("bad", [0, 6, -1, 0.5, 5.5, float("nan"), True, "3"])
 def test_severity_outside_1_to_5_refused(name, bad):
     s = shift(name)
     with pytest.raises(SeverityError, match="severity"):
@@ -431,3 +431,25 @@ def test_text_shifts_listed_without_importing_torch():
             "sb.create_shift('text_swap')('hello world', severity=1); "
             "assert 'torch' not in sys.modules and 'nlpaug' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_severity_is_a_rate_dial(name):
+    """Any real severity in 1..5 changes ceil(fraction * eligible) units, fraction linear between the levels
+    (0.25 at 2.5); the edits grow as nested sets along a fine grid; whole severities given as floats are the
+    whole ones."""
+    from shiftbench.shifts.text import units_to_change
+
+    s = shift(name)
+    text = "The quick brown foxes were jumping over seven lazy sleeping dogs near the riverbank today"
+    previous: list = []
+    for k in range(33):
+        severity = 1 + k / 8
+        out, params = s(text, severity=severity, seed=4, sample_id="t", return_params=True)
+        edits = [tuple(map(str, e)) for e in params["edits"]]
+        assert len(edits) == units_to_change(params["eligible"], severity) or name in ("text_remove_space",)
+        assert set(previous) <= set(edits), (name, severity)
+        previous = edits
+        assert s.replay(text, params) == out if hasattr(s, "replay") else True
+    assert s(text, severity=3.0, seed=4, sample_id="t") == s(text, severity=3, seed=4, sample_id="t")
+    assert units_to_change(20, 2.5) == 5

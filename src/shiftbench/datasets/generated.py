@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+from ..severity import canonical
 
 __all__ = ["generated_origin", "SETTINGS", "MANIFEST", "JOURNAL"]
 
@@ -44,7 +47,7 @@ def generated_origin(path: str | os.PathLike) -> dict[str, Any] | None:
         folder = Path(path).expanduser()
         if folder.is_file():
             folder = folder.parent
-        if not folder.is_dir() or not folder.name.isdigit():
+        if not folder.is_dir() or not re.fullmatch(r"\d+(\.\d+)?", folder.name):  # 3, or 2.5 (a dial)
             return None
         top = folder.parent.parent
         settings_path = top / SETTINGS
@@ -56,7 +59,7 @@ def generated_origin(path: str | os.PathLike) -> dict[str, Any] | None:
         return None  # not readable as generate's settings: an ordinary folder as far as a run can tell
     if not isinstance(settings, dict):
         return None
-    origin: dict[str, Any] = {"shift": folder.parent.name, "severity": int(folder.name),
+    origin: dict[str, Any] = {"shift": folder.parent.name, "severity": canonical(float(folder.name)),
                               "params": settings.get("shift_params") or {}, "seed": settings.get("seed"),
                               "source": settings.get("dataset"), "complete": complete}
     for key in ("protocol", "preprocess"):

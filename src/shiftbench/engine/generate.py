@@ -55,6 +55,7 @@ from ..errors import ShiftbenchError
 from ..files import atomic_path, check_apart, make_folder, remove_stale_temps, write_atomic
 from ..registry import SHIFTS
 from ..seeds import check_seed
+from ..severity import Severity, check, label, parse
 from .spec import EngineSection, PreprocessSection, preprocess_section
 from .kernel import Condition, Loader
 
@@ -77,26 +78,17 @@ PROTOCOLS = {
 
 
 
-def parse_severities(text: str | int | Sequence[int]) -> list[int]:
-    """'3' -> [3]; '1-5' -> [1..5]; '1,3,5' -> [1, 3, 5]."""
-    if isinstance(text, int):
-        return [text]
-    if not isinstance(text, str):
-        return [int(v) for v in text]
-    values: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
-        if m:
-            lo, hi = int(m.group(1)), int(m.group(2))
-            if lo > hi:
-                raise ShiftbenchError(f"severity range {part!r} is empty")
-            values.extend(range(lo, hi + 1))
-        elif part.isdigit():
-            values.append(int(part))
-        else:
-            raise ShiftbenchError(f"severity {part!r}: expected a number, a list (1,3,5) or a range (1-5)")
-    return sorted(set(values))
+def parse_severities(text: str | float | Sequence[float], where: str = "severity") -> list[Severity]:
+    """'3' -> [3]; '1-5' -> [1..5]; '1,3,5' -> [1, 3, 5]; '1-2:0.5' -> [1, 1.5, 2] (a grid, ends included),
+    read by the one parser of written severities (``shiftbench.severity.parse``); sorted, a severity given
+    twice ('1-3,2') run once. Each shift's range and dial are checked by :func:`generate`.
+
+    >>> parse_severities("1-2:0.5"), parse_severities("3,1-2")
+    ([1, 1.5, 2], [1, 2, 3])
+    """
+    if isinstance(text, str):  # each comma part on its own: an overlap of parts is run once, as always
+        return sorted({v for part in text.split(",") for v in parse(part.strip(), where)})
+    return sorted(set(parse(text, where)))
 
 
 def resolve_shifts(items: Iterable[str]) -> list[str]:
@@ -136,7 +128,7 @@ class _Job:
     limit: int | None
     shift: str
     shift_params: dict[str, Any]
-    severity: int
+    severity: Severity  # canonical (shiftbench.severity): 3, 2.5
     indices: tuple[int, ...]
     seed: int
     out: str
@@ -308,7 +300,7 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
     by_index = dict(zip(read.indices, read.samples))
     indices, outs, params = batch.indices, batch.samples, batch.params
     items = [by_index[i] for i in indices]
-    base = Path(job.out) / job.shift / str(job.severity)
+    base = Path(job.out) / job.shift / label(job.severity)
     suffix = SUFFIX[job.fmt]
     relpath = protocol_relpath if job.protocol else output_relpath
     encoding = format_label(job.fmt, job.jpeg_quality, job.protocol)
@@ -347,7 +339,7 @@ def _run_job(job: _Job) -> list[dict[str, Any]]:
             _encode(path, out.image, job.fmt, job.jpeg_quality, job.protocol)
             for source_file, target in (dataset.mirror_files(index) if hasattr(dataset, "mirror_files") else []):
                 _copy(source_file, base / target)  # the format's annotation files, unchanged
-            record["output"] = f"{job.shift}/{job.severity}/{rel}"
+            record["output"] = f"{job.shift}/{label(job.severity)}/{rel}"
             record["format"] = encoding
         records.append(record)
     return sorted(records, key=lambda r: r["index"])
@@ -459,7 +451,7 @@ def _release(claim: _Claim) -> None:
 
 
 def generate(
-    dataset: str, shifts: Sequence[str], severities: Sequence[int], out: str | os.PathLike,
+    dataset: str, shifts: Sequence[str], severities: Sequence[float], out: str | os.PathLike,
     workers: int = 1, seed: int = 0, limit: int | None = None, fmt: str = "png", jpeg_quality: int = 95,
     shift_params: dict[str, Any] | None = None, dataset_kwargs: dict[str, Any] | None = None,
     progress: bool = False, on_error: str = "fail", engine: str = "local", address: str | None = None,
@@ -514,7 +506,7 @@ def generate(
                 for name, severity, indices in todo for start in range(0, len(indices), shard_size)]
         classes = _class_lists(ds, out, layout, sharded_plan)
         # records of shards not yet complete, by (shift, severity, shard number): written whole when complete
-        pending: dict[tuple[str, int, int], dict[int, dict]] = {}
+        pending: dict[tuple[str, Severity, int], dict[int, dict]] = {}
 
         def collect(records: list[dict]) -> list[dict]:
             return _collect_shards(records, pending, out, layout, sharded_plan, n, shard_samples, fmt, classes)
@@ -576,20 +568,21 @@ def _open_source(dataset: str, dataset_kwargs: dict[str, Any] | None, limit: int
     return ds, dataset_kwargs
 
 
-def _plan(ds: Any, shifts: Sequence[str], severities: Sequence[int],
-          shift_params: dict[str, Any]) -> tuple[list[tuple[str, int]], dict[str, bool], tuple[str, ...]]:
-    """Every (shift, severity) to run, each severity checked; whether each shift loads a model; the modules a
-    worker must import to find the dataset's and shifts' classes."""
-    plan: list[tuple[str, int]] = []
+def _plan(ds: Any, shifts: Sequence[str], severities: Sequence[float],
+          shift_params: dict[str, Any]) -> tuple[list[tuple[str, Severity]], dict[str, bool], tuple[str, ...]]:
+    """Every (shift, severity) to run, each severity checked against the shift's range and, when fractional,
+    its dial (``shiftbench.severity.check``) and kept canonical (3, 2.5); whether each shift loads a model;
+    the modules a worker must import to find the dataset's and shifts' classes."""
+    plan: list[tuple[str, Severity]] = []
     uses_model: dict[str, bool] = {}
     modules = {m for m in (type(ds).__module__, type(base_of(ds)).__module__)}
     for name in shifts:
         shift = SHIFTS.create(name, **shift_params) if shift_params else SHIFTS.create(name)
         uses_model[name] = shift.uses_model
         modules.add(type(shift).__module__)
-        for severity in severities:
-            shift.check_severity(severity)
-            plan.append((name, int(severity)))
+        lo, hi = shift.severities
+        for severity in check(severities, lo, hi, bool(getattr(shift, "continuous", False)), "generate", name):
+            plan.append((name, shift.check_severity(severity)))
     # only modules a worker can import by name; shiftbench's own register themselves on import
     user_modules = tuple(sorted(m for m in modules if m != "__main__" and not m.startswith("shiftbench.")))
     return plan, uses_model, user_modules
@@ -688,7 +681,7 @@ def expected_output(ds: Any, plan: Sequence[tuple[str, int]], uses_model: dict[s
     sample, preprocessed, encoded under each shift at its middle planned severity (a shift that loads a model
     is estimated by the clean image's encoding), times the samples and severities."""
     files = [(name, severity) for name, severity in plan if _writes_files(name)]
-    severities: dict[str, list[int]] = {}
+    severities: dict[str, list[Severity]] = {}
     for name, severity in files:
         severities.setdefault(name, []).append(severity)
     # with on_error: fail a first image the preprocessing refuses (a crop larger than it) stops here, before any work
@@ -728,12 +721,12 @@ def _human_bytes(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def _resume(out: Path, folders: Sequence[str]) -> dict[tuple[str, int, int], dict]:
+def _resume(out: Path, folders: Sequence[str]) -> dict[tuple[str, Severity, int], dict]:
     """Remove a killed run's temporary files where generate writes, and return the records an earlier run
     finished (manifest and journal) by (shift, severity, index)."""
     for folder in [out, *(out / name for name in folders)]:  # where generate writes, and nowhere else
         remove_stale_temps(folder, recursive=folder != out)  # a killed run's temporary files, by their name
-    done: dict[tuple[str, int, int], dict] = {}
+    done: dict[tuple[str, Severity, int], dict] = {}
     for record in _read_journal(out / MANIFEST) + _read_journal(out / JOURNAL):
         if "shift" in record:  # not the screen's records of unreadable files: the screen redoes those
             done[(record["shift"], record["severity"], record["index"])] = record
@@ -741,10 +734,10 @@ def _resume(out: Path, folders: Sequence[str]) -> dict[tuple[str, int, int], dic
 
 
 def _todo(plan: Sequence[tuple[str, int]], sharded_plan: set[tuple[str, int]], n: int, shard_samples: int,
-          done: dict[tuple[str, int, int], dict], out: Path) -> tuple[list[tuple[str, int, list[int]]], int]:
+          done: dict[tuple[str, Severity, int], dict], out: Path) -> tuple[list[tuple[str, Severity, list[int]]], int]:
     """The sample indices still to do for each (shift, severity) of the plan, and how many are done already
     (journaled, with their output file in place)."""
-    def is_done(name: str, severity: int, i: int) -> bool:
+    def is_done(name: str, severity: Severity, i: int) -> bool:
         record = done.get((name, severity, i))
         return record is not None and ("output" not in record or (out / record["output"]).exists())
 
@@ -779,12 +772,12 @@ def _class_lists(ds: Any, out: Path, layout: str, sharded_plan: set[tuple[str, i
     classes = class_identifiers(ds)
     if layout == "webdataset":
         for name, severity in sorted(sharded_plan):
-            write_classes(out / name / str(severity), classes)
+            write_classes(out / name / label(severity), classes)
     return classes
 
 
 def _run_and_journal(jobs: Sequence[_Job], uses_model: dict[str, bool],
-                     collect: Callable[[list[dict]], list[dict]], done: dict[tuple[str, int, int], dict],
+                     collect: Callable[[list[dict]], list[dict]], done: dict[tuple[str, Severity, int], dict],
                      journal_path: Path, progress: bool, engine: str, workers: int, address: str | None) -> int:
     """Run the jobs, CPU shifts before model-loading ones, and journal every finished record (once ``collect``
     has written its shard, if any) into ``done``; returns how many outputs were written."""
@@ -809,7 +802,7 @@ def _run_and_journal(jobs: Sequence[_Job], uses_model: dict[str, bool],
     return written
 
 
-def _journal(journal: Any, records: list[dict], done: dict[tuple[str, int, int], dict]) -> int:
+def _journal(journal: Any, records: list[dict], done: dict[tuple[str, Severity, int], dict]) -> int:
     """Append records to the open journal, synced to disk, and to ``done``; returns how many are outputs."""
     for record in records:
         if "skipped" in record:  # logged here, not by the worker: a Ray worker's log never reaches the user
@@ -822,7 +815,7 @@ def _journal(journal: Any, records: list[dict], done: dict[tuple[str, int, int],
     return sum("skipped" not in r for r in records)
 
 
-def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dict[int, dict]], out: Path,
+def _collect_shards(records: list[dict], pending: dict[tuple[str, Severity, int], dict[int, dict]], out: Path,
                     layout: str, sharded_plan: set[tuple[str, int]], n: int, shard_samples: int, fmt: str,
                     classes: Sequence[str] | None) -> list[dict]:
     """Hold a work unit's records of sharded (shift, severity) pairs until their shard is complete, then write
@@ -848,7 +841,7 @@ def _collect_shards(records: list[dict], pending: dict[tuple[str, int, int], dic
         shard = [held[i] for i in sorted(held)]
         images = [r for r in shard if "_image" in r]
         if images:  # a shard whose every sample was skipped (on_error="skip") has no file
-            rel = f"{name}/{severity}/{shard_name(layout, number)}"
+            rel = f"{name}/{label(severity)}/{shard_name(layout, number)}"
             for row, record in enumerate(images):
                 record["output"] = rel
                 if layout == "parquet":
@@ -869,7 +862,7 @@ def base_of(dataset: Any) -> Any:
 
 
 def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]],
-                   done: dict[tuple[str, int, int], dict]) -> None:
+                   done: dict[tuple[str, Severity, int], dict]) -> None:
     """Each image (shift, severity) folder's annotation index (COCO json, VOC list), from its written records.
 
     Rewritten whole by every run, resumed or not, before the manifest: a folder with a final manifest is complete.
@@ -879,13 +872,13 @@ def _write_indexes(dataset: Any, out: Path, plan: Sequence[tuple[str, int]],
     for name, severity in plan:
         if not _writes_files(name):
             continue  # a text shift writes no folder
-        prefix = f"{name}/{severity}/"
+        prefix = f"{name}/{label(severity)}/"
         written = {k[2]: r["output"][len(prefix):] for k, r in done.items()
                    if k[0] == name and k[1] == severity and "output" in r}
-        dataset.write_mirror_index(out / name / str(severity), written)
+        dataset.write_mirror_index(out / name / label(severity), written)
 
 
-def _finalise_manifest(out: Path, done: dict[tuple[str, int, int], dict], unreadable: Sequence[dict] = ()) -> None:
+def _finalise_manifest(out: Path, done: dict[tuple[str, Severity, int], dict], unreadable: Sequence[dict] = ()) -> None:
     """The manifest in canonical order: files the screen left out first, then every (shift, severity, index)."""
     records = sorted(unreadable, key=lambda r: r["source"])
     records += [done[k] for k in sorted(done, key=lambda k: (k[0], k[1], k[2]))]

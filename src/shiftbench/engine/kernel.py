@@ -71,7 +71,7 @@ class Condition:
 
     shift_name: str
     params: dict[str, Any]
-    severity: int
+    severity: int | float  # canonical (shiftbench.severity): 3, 2.5
     shift: Any
     index: int | None = None  # the entry of the spec's shifts list it comes from (for messages)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ShiftbenchError
 from ..results.artifacts import QUALITY_ARTIFACT, stored_quality_rows
+from ..severity import canonical
 from .kernel import CLEAN, Condition, Loader
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def quality_conditions(conditions: Sequence[Condition], severity: int) -> list[C
     seen: dict[int, Condition] = {}
     for c in conditions:
         if c.shift_name != "clean" and id(c.shift) not in seen:
-            seen[id(c.shift)] = Condition(c.shift_name, dict(c.params), int(severity), c.shift, c.index)
+            seen[id(c.shift)] = Condition(c.shift_name, dict(c.params), canonical(severity), c.shift, c.index)
     return list(seen.values())
 
 
@@ -109,7 +110,7 @@ def evaluate_quality(dataset: Any, shifts: Sequence[Any], metrics: Sequence[str]
 
     ds = load(dataset) if isinstance(dataset, str) else dataset
     entries = [{"name": e} if isinstance(e, str) else e for e in shifts]  # spec style: a name or a mapping
-    conditions = [Condition(e["name"], dict(e.get("params") or {}), int(severity),
+    conditions = [Condition(e["name"], dict(e.get("params") or {}), canonical(severity),
                             SHIFTS.create(e["name"], **dict(e.get("params") or {})))
                   for e in entries if e["name"] != "clean"]
     return quality_rows(Loader(ds, seed, "fail", "cpu", (), "quality"), conditions, metrics, limit, features, clip,
@@ -148,7 +149,7 @@ def quality_rows(loader: Loader, conditions: Sequence[Condition], metrics: Seque
     for done, cond in enumerate(conditions, start=1):
         values, kept, skipped = _shift_values(loader, cond, clean, metrics, batch_size, n)
         for key, value in values.items():
-            row = {"shift": cond.shift_name, "params": dict(cond.params), "severity": int(cond.severity),
+            row = {"shift": cond.shift_name, "params": dict(cond.params), "severity": canonical(cond.severity),
                    "metric": key, "value": value, "n": kept,
                    "features": None if key.startswith("clip") else feature_name}
             if skipped:

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import SeedError, ShiftbenchError, SpecError, UnknownNameError
+from ..errors import SeedError, SeverityError, ShiftbenchError, SpecError, UnknownNameError
 from ..metrics.quality import QUALITY_METRICS
 from ..seeds import check_seed
+from ..severity import Severity, canonical, check, label, parse
 
 __all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "QualitySection", "CurateSection",
            "AnalysisSection", "PreprocessSection", "preprocess_section", "load_spec"]
@@ -30,7 +31,9 @@ TOP_KEYS = {
     "dataset_params": "keyword arguments of the dataset",
     "models": "list of model names or {name, params}",
     "shifts": "list of shift names, group names (common, cbar, noise, ...: one entry per member) or {name, severities, params}; each (shift, params, severity) once; a bare name "
-              "runs the shift's default severity where it has one (backgrounds: 5), else all its severities",
+              "runs the shift's default severity where it has one (backgrounds: 5), else all its severities; "
+              "severities: 3, a list [1, 3, 5], a range 1-5, or a grid 1-5:0.25 (step 0.25, ends included); "
+              "in-between severities (2.5) only for a shift with a dial (the corruptions, ImageNet-C-bar)",
     "metrics": "list of metric names (default: each model's task's, e.g. top1 and ece for classifiers)",
     "seed": "integer seed, 0 <= seed < 2**63 (default 0)",
     "limit": "use only the first N samples",
@@ -90,7 +93,7 @@ class ShiftSpec:
     behind and :meth:`instance` creates it again where it is needed."""
 
     name: str
-    severities: tuple[int, ...]
+    severities: tuple[Severity, ...]  # canonical (shiftbench.severity): 3, 2.5
     params: dict[str, Any] = field(default_factory=dict)
     index: int | None = field(default=None, compare=False, repr=False)  # position in the spec's list (errors)
     shift: Any = field(default=None, compare=False, repr=False)  # the created shift (driver side), or None
@@ -121,7 +124,7 @@ class PlannedCondition:
     model: str
     shift: str
     params: dict[str, Any]
-    severity: int
+    severity: Severity
 
 
 ENGINE_KEYS = {"name", "address", "workers", "shard_size", "pixels"}
@@ -509,23 +512,19 @@ def _suggest(word: str, options: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _parse_severities(value: Any, where: str) -> tuple[int, ...]:
-    if isinstance(value, bool):
-        raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
-    if isinstance(value, int):
-        return (value,)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
-        if m and int(m.group(1)) <= int(m.group(2)):
-            return tuple(range(int(m.group(1)), int(m.group(2)) + 1))
-        if value.strip().isdigit():
-            return (int(value),)
-        raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
-    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        if len(set(value)) != len(value):
-            raise SpecError(f"{where}: repeated severities {value}")
-        return tuple(value)
-    raise SpecError(f"{where}: expected an int, a list of ints or a range like '1-5', got {value!r}")
+def _parse_severities(value: Any, where: str) -> tuple[Severity, ...]:
+    """A shift entry's severities, read by the one parser of written severities (``shiftbench.severity.parse``):
+    ``3``, ``2.5``, ``[1, 2.5]``, ``"1-5"``, ``"1,3,5"``, ``"1-5:0.25"``; refused as one SpecError at ``where``.
+    Each shift's range, and whether it takes in-between ones, is checked once the shift is known."""
+    numbers_only = isinstance(value, list) and value and all(
+        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
+    if isinstance(value, bool) or not (isinstance(value, (str, numbers.Real)) or numbers_only):
+        raise SpecError(f"{where}: expected an int (or 2.5 for a shift with a dial), a list of them, a range like "
+                        f"'1-5' or a grid like '1-5:0.25', got {value!r}")
+    try:
+        return parse(value, where)
+    except SeverityError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _check_limit(limit: Any, where: str) -> int | None:
@@ -802,7 +801,7 @@ def _refuse_repeats(shifts: list[ShiftSpec], source: str | None) -> None:
                             & set(other.severities or _bare_severities(other.name)))
             if common:
                 params = f" {json.dumps(s.params, sort_keys=True, default=repr)}" if s.params else ""
-                at = f", severity {', '.join(map(str, common))}" if common else ""
+                at = f", severity {', '.join(map(label, common))}" if common else ""
                 raise SpecError(f"{_where(source, f'shifts[{s.index}]')}: repeats shifts[{other.index}] ({s.name!r}"
                                 f"{params}{at}); list each shift, params and severity once")
         earlier.setdefault(key, []).append(s)
@@ -840,10 +839,16 @@ def _check_names(spec: Spec, source: str | None) -> None:
             # background shifts: 5, full replacement as in ObjectCompose), else all severities of a graded shift
             # (a corruption: 1-5, as ImageNet-C), the only one otherwise
             default = getattr(shift, "default_severity", None)
-            severities = (int(default),) if default is not None and lo <= default <= hi else tuple(range(lo, hi + 1))
+            severities = ((canonical(default),) if default is not None and lo <= default <= hi
+                          else tuple(range(lo, hi + 1)))
         bad = [v for v in severities if not lo <= v <= hi]
         if bad:
-            raise SpecError(f"{where}.severities: {bad} outside {lo}..{hi} for shift {s.name!r}")
+            raise SpecError(f"{where}.severities: [{', '.join(map(label, bad))}] outside {lo}..{hi} for shift {s.name!r}")
+        try:  # in-between severities (2.5) only for a shift with a dial (shiftbench.severity)
+            severities = check(severities, lo, hi, bool(getattr(shift, "continuous", False)), f"{where}.severities",
+                               s.name)
+        except SeverityError as exc:
+            raise SpecError(str(exc)) from None
         resolved.append(ShiftSpec(s.name, severities, s.params, s.index, shift))  # the run reuses the shift
     _refuse_repeats(resolved, source)  # bare entries now carry the severities they will run
     spec.shifts = resolved

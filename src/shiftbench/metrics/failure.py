@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ShiftbenchError
 from ..seeds import check_seed
-from .uncertainty import LEVEL, N_BOOT, _check, _products, resample_counts
+from .uncertainty import LEVEL, N_BOOT, check_bootstrap_args, resample_counts, weighted_sums
 
 __all__ = ["FailurePoint", "failure_point", "FRACTION"]
 
@@ -145,7 +145,7 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     >>> failure_point([1, 2], clean, [[1] * 7 + [0] * 3, [1] * 6 + [0] * 4], n_boot=200).severity is None
     True
     """
-    _check(level, n_boot)
+    check_bootstrap_args(level, n_boot)
     seed = check_seed(seed)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) \
             or not 0 < fraction < 1:
@@ -184,7 +184,7 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     boots = np.empty((int(n_boot), 1 + sev.size), np.float64)
     start = 0
     for counts in resample_counts(n, int(n_boot), rng):
-        boots[start:start + counts.shape[0]] = _products(counts, columns) / n
+        boots[start:start + counts.shape[0]] = weighted_sums(counts, columns) / n
         start += counts.shape[0]
     points = _crossings(boots[:, 0], boots[:, 1:], sev, fraction)
     low, high = _quantiles(points, level)

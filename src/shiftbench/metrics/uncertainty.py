@@ -22,7 +22,7 @@ from ..errors import ShiftbenchError
 __all__ = ["bootstrap_ci", "bootstrap_mean", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
            "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
            "percentile_interval", "bootstrap_p_value", "ChangeTest", "bootstrap_test", "mcnemar_test", "alpha_of",
-           "MCNEMAR_TEST", "BOOTSTRAP_TEST"]
+           "MCNEMAR_TEST", "BOOTSTRAP_TEST", "check_bootstrap_args", "weighted_sums"]
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -38,7 +38,7 @@ def _values(values: Any, name: str) -> np.ndarray:
     return x
 
 
-def _check(level: float, n_boot: int) -> None:
+def check_bootstrap_args(level: float, n_boot: int) -> None:
     if not 0 < level < 1:
         raise ShiftbenchError(f"level must be in (0, 1), got {level!r}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
@@ -71,7 +71,7 @@ def bootstrap_ci(values: Sequence[float] | np.ndarray, level: float = LEVEL, n_b
     >>> bootstrap_ci([1, 1, 1, 1])
     (1.0, 1.0)
     """
-    _check(level, n_boot)
+    check_bootstrap_args(level, n_boot)
     x = _values(values, "bootstrap_ci")
     return _interval(_boot_means(x, int(n_boot), seed), level)
 
@@ -112,7 +112,7 @@ def paired_bootstrap(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nd
     the images' difficulty, cancels). The p-value is twice the smaller tail of the resampled differences
     at 0 (at most 1) and the interval that test's own (:func:`bootstrap_test`): it holds 0 exactly when
     p >= 1 - level."""
-    _check(level, n_boot)
+    check_bootstrap_args(level, n_boot)
     x, y = _values(a, "paired_bootstrap a"), _values(b, "paired_bootstrap b")
     if x.size != y.size:
         raise ShiftbenchError(f"paired_bootstrap: a has {x.size} samples and b has {y.size}; pairs need the same samples")
@@ -325,7 +325,7 @@ class SampleStatistic:
     def __call__(self, weights: np.ndarray) -> np.ndarray:
         """The statistic under each row of ``weights`` (B, n): (B,) floats; NaN where it is undefined
         (a resample that drew none of this condition's rows, a ratio over a zero denominator)."""
-        sums = _products(weights, self.columns)
+        sums = weighted_sums(weights, self.columns)
         with np.errstate(invalid="ignore", divide="ignore"):
             if self.name == "mean":
                 return sums[:, 0] / weights.sum(axis=1)
@@ -340,7 +340,7 @@ class SampleStatistic:
             return np.abs(sums).sum(axis=1) / weights.sum(axis=1)
 
 
-def _products(weights: np.ndarray, columns: np.ndarray) -> np.ndarray:
+def weighted_sums(weights: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """``weights @ columns.T`` as one matrix-vector product per column. A matrix-matrix product hands
     these small shapes to a multi-threaded BLAS, which on a busy machine is 30x slower and may sum in an
     order that depends on the thread count; a matrix-vector product stays on one thread."""

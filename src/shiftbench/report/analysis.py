@@ -12,14 +12,17 @@ from typing import Any
 import numpy as np
 
 from ..metrics.uncertainty import bootstrap_mean
+from ..severity import Severity
+from ..severity import label as severity_label
 from .blocks import cell
 from .tables import CLEAN, condition_label
 
 __all__ = ["reliance_table", "analysis_blocks", "analysis_figures"]
 
 
-def _label(shift: str, params: dict[str, Any], severity: int) -> str:
-    return "clean" if shift == CLEAN else f"{condition_label(shift, params)} s{severity}"
+def _label(shift: str, params: dict[str, Any], severity: Severity) -> str:
+    """'fog s3', 'fog s2.5' (never 's3.0', never 2.5 merged into 2), or 'clean'."""
+    return "clean" if shift == CLEAN else f"{condition_label(shift, params)} s{severity_label(severity)}"
 
 
 def reliance_table(rows: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
@@ -107,7 +110,7 @@ def analysis_figures(stored: dict[str, Any], out: Path, prefix: str, save: Any) 
         meta = item["meta"] or {}
         model = meta.get("model", "?")
         entry = by_model.setdefault(model, {"columns": [], "rows": [], "images": {}})
-        column = _label(meta["shift"], json.loads(meta["params_key"]), int(meta["severity"]))
+        column = _label(meta["shift"], json.loads(meta["params_key"]), meta["severity"])
         if column not in entry["columns"]:
             entry["columns"].append(column)
         if meta["sample_id"] not in entry["rows"]:

@@ -26,9 +26,11 @@ from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
 from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
                                  stored_thumbs, thumb_condition)
 from ..results.store import Store, params_key
+from ..severity import canonical
+from ..severity import label as severity_label
 from ..shifts.corruptions import GROUP_ORDER as CORRUPTION_GROUP_ORDER
 from .headline import headline, headline_table, order_tables
-from .tables import CLEAN, Table, build_tables, condition_label, to_csv_rows, to_latex, to_markdown
+from .tables import CLEAN, Table, build_tables, condition_label, severity_row, to_csv_rows, to_latex, to_markdown
 
 from .analysis import analysis_blocks, analysis_figures
 from .stats import NOISE_RULE, Uncertainty
@@ -111,9 +113,14 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
         summaries = _summaries(out, rows, prefix, quality, unc, curated=bool(run.get("curation")))
-        if samples and main is not None:  # where each model breaks (report/failure.py)
-            summaries += _failure_summary(out, samples, main.metric, prefix, int(run.get("seed") or 0))
+        # where each model breaks (report/failure.py): computed once, for its summary, figures and the headline
+        failures = _failures(samples, main, int(run.get("seed") or 0))
+        summaries += _failure_summary(out, failures, main.metric, prefix) if main is not None else []
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
+        if failures:
+            from .failure import failure_figures
+
+            figures += failure_figures(failures, main.metric, out, prefix, _save)
         if run.get("analysis"):
             blocks = analysis_blocks(run["analysis"], seed=int(run.get("seed") or 0))
             if blocks:
@@ -126,7 +133,7 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
         grids = _grids(thumbs, predictions, main.rows if main is not None else [])
         for g in grids:  # a generated folder's unshifted column is the shift it was made under, not clean
             g["columns"] = [(generated_baseline(run) or CLEAN) if c == CLEAN else c for c in g["columns"]]
-        head = _run_headline(run, rows, tables, preferred, unc)
+        head = _run_headline(run, rows, tables, preferred, unc, failures=failures)
         sections.append({"run": run, "rows": rows, "n": i + 1,
                          "headline": head,
                          "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
@@ -136,12 +143,21 @@ def _write_report(out: Path, loaded: list[tuple]) -> None:
     (out / "report.html").write_text(_render(sections), encoding="utf-8")
 
 
-def _failure_summary(out: Path, samples: list[dict], metric: str, prefix: str, seed: int) -> list[dict[str, Any]]:
+def _failures(samples: list[dict] | None, main: Table | None, seed: int) -> list[dict[str, Any]]:
+    """The run's failure points of the headline metric (report/failure.py), [] without per-sample values."""
+    if not samples or main is None:
+        return []
+    from .failure import failure_entries
+
+    return failure_entries(samples, main.metric, seed=seed)
+
+
+def _failure_summary(out: Path, entries: list[dict[str, Any]], metric: str, prefix: str) -> list[dict[str, Any]]:
     """The failure-points summary (report/failure.py) and its Markdown export, when the run has curves."""
     from .blocks import blocks_to_markdown
-    from .failure import failure_blocks, failure_entries
+    from .failure import failure_blocks
 
-    blocks = failure_blocks(failure_entries(samples, metric, seed=seed), metric)
+    blocks = failure_blocks(entries, metric)
     if not blocks:
         return []
     (out / f"{prefix}failure_points.md").write_text(
@@ -170,11 +186,15 @@ def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[
 
 
 def _run_headline(run: dict[str, Any], rows: list[dict[str, Any]], tables: list[Table], preferred: list[str],
-                  unc: Uncertainty | None) -> dict[str, Any] | None:
+                  unc: Uncertainty | None, failures: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The headline of a run (report/headline.py) with what the report says above it (the curation; what a
-    folder written by generate holds)."""
+    folder written by generate holds). ``failures``: the run's failure points when already computed (else
+    computed here from the per-sample values behind ``unc``, for the "breaks at" column)."""
     baseline = generated_baseline(run)
-    head = headline(rows, tables, preferred, unc, baseline=baseline or CLEAN)
+    main = headline_table(tables, preferred)
+    if failures is None and unc is not None and main is not None and main.higher_is_better:
+        failures = _failures(unc.samples, main, int(run.get("seed") or 0))
+    head = headline(rows, tables, preferred, unc, baseline=baseline or CLEAN, failures=failures)
     if head is not None and baseline:
         head["note"] = generated_text(run) + " " + head["note"]
     if head is not None and run.get("curation"):
@@ -293,7 +313,8 @@ def generated_baseline(run: dict[str, Any]) -> str | None:
     origin = ((run.get("identity") or {}).get("dataset") or {}).get("generated")
     if not origin:
         return None
-    return f"{condition_label(origin['shift'], origin.get('params') or {})} s{origin['severity']} (generated)"
+    base = condition_label(origin["shift"], origin.get("params") or {})
+    return f"{severity_row(base, origin['severity'])} (generated)"
 
 
 def generated_text(run: dict[str, Any]) -> str:
@@ -303,8 +324,8 @@ def generated_text(run: dict[str, Any]) -> str:
                                  f"from {origin['source']}" if origin.get("source") else "",
                                  f"protocol {origin['protocol']}" if origin.get("protocol") else "") if x)
     return (f"The data of this run is a folder written by shiftbench generate under {origin['shift']} at severity "
-            f"{origin['severity']}{f' ({made})' if made else ''}: what the run read unshifted is labelled "
-            f"{generated_baseline(run)}, not clean, and every change in brackets is against it.")
+            f"{severity_label(origin['severity'])}{f' ({made})' if made else ''}: what the run read unshifted is "
+            f"labelled {generated_baseline(run)}, not clean, and every change in brackets is against it.")
 
 
 def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -439,7 +460,7 @@ def _sample_counts(rows: list[dict[str, Any]], per_severity: bool = False) -> di
     for r in rows:
         label = condition_label(r["shift"], r["params"])
         if per_severity and r["shift"] != CLEAN:
-            label = f"{label} s{r['severity']}"
+            label = severity_row(label, r["severity"])  # the per-severity table's own row label
         for model in (r["model"], "mean"):
             counts.setdefault((r["metric"], label, model), []).append(int(r["n"]))
     return counts
@@ -620,7 +641,9 @@ def _severity_curves(rows: list[dict[str, Any]], main: Table, out: Path, prefix:
     for r in mrows:
         if r["shift"] == CLEAN or r["severity"] < 1:
             continue
-        graded.setdefault((r["shift"], params_key(r["params"])), {}).setdefault(r["severity"], []).append(r["value"])
+        # each severity at its own x: 2.5 between 2 and 3, never merged into either
+        graded.setdefault((r["shift"], params_key(r["params"])), {}).setdefault(
+            canonical(r["severity"]), []).append(r["value"])
     graded = {k: v for k, v in graded.items() if len(v) > 1}
     clean_mean = np.mean([r["value"] for r in mrows if r["shift"] == CLEAN]) if any(
         r["shift"] == CLEAN for r in mrows) else None
@@ -696,7 +719,8 @@ def _reliability_diagrams(rows: list[dict[str, Any]], out: Path, prefix: str) ->
     worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"], default=None)
     picks = [(r, "clean") for r in clean_rows[:3]]
     if worst is not None:
-        picks.append((worst, f"worst: {condition_label(worst['shift'], worst['params'])} s{worst['severity']}"))
+        where = severity_row(condition_label(worst["shift"], worst["params"]), worst["severity"])
+        picks.append((worst, f"worst: {where}"))
     fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
     for ax, (r, title) in zip(axes[0], picks):
         ex = r["extra"]
@@ -736,15 +760,15 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
     results table's rows ``order``, i.e. the spec's; others after, by shift group), rows = samples."""
     if not thumbs:
         return []
-    by_condition: dict[tuple[str, str, int], dict[str, dict]] = {}
+    by_condition: dict[tuple[str, str, int | float], dict[str, dict]] = {}
     for t in thumbs:
         shift, pk, severity, sid = thumb_condition(t)
-        by_condition.setdefault((shift, pk, int(severity)), {})[sid] = t
-    preds: dict[tuple[str, str, int, str], list[dict]] = {}
+        by_condition.setdefault((shift, pk, canonical(severity)), {})[sid] = t
+    preds: dict[tuple[str, str, int | float, str], list[dict]] = {}
     for p in predictions:
-        key = (p["shift"], params_key(p["params"]), int(p["severity"]), str(p["sample_id"]))
+        key = (p["shift"], params_key(p["params"]), canonical(p["severity"]), str(p["sample_id"]))
         preds.setdefault(key, []).append(p)
-    best: dict[tuple[str, str], int] = {}
+    best: dict[tuple[str, str], int | float] = {}
     for shift, pk, sev in by_condition:
         best[(shift, pk)] = max(sev, best.get((shift, pk), -1))
     order = list(order or [])
@@ -788,7 +812,8 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
                 cells.append({"src": "data:image/png;base64," + base64.b64encode(t["data"]).decode("ascii"),
                               "truth": meta.get("class_name") or "", "preds": items})
             grid_rows.append({"sample": sid, "cells": cells})
-        grids.append({"columns": [condition_label(s, json.loads(pk)) + ("" if s == CLEAN else f" s{sev}")
+        grids.append({"columns": [condition_label(s, json.loads(pk)) if s == CLEAN
+                                  else severity_row(condition_label(s, json.loads(pk)), sev)
                                   for s, pk, sev in cols], "rows": grid_rows})
     return grids
 

@@ -20,6 +20,8 @@ from typing import Any, Iterable, Sequence
 
 from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
 from ..results.store import params_key
+from ..severity import canonical
+from ..severity import label as severity_label
 from .objectcompose import (ATTACKS, CONTROLS, CUSTOM_FAMILIES, NATURAL_FAMILIES, ROLE_GROUPS, SYNTHETIC_FAMILIES,
                             family_of, role_of)
 from .tables import CLEAN, Table
@@ -30,7 +32,8 @@ __all__ = ["natural_key", "order_tables", "headline_table", "headline", "imagene
 # ObjectCompose families in the headline's order: natural scenes, synthetic (colour, texture) backgrounds,
 # custom prompts, then the two masking controls and the attack, never mixed (report.objectcompose's roles)
 _FAMILY_COLUMNS = (*NATURAL_FAMILIES, *SYNTHETIC_FAMILIES, *CUSTOM_FAMILIES, *CONTROLS, *ATTACKS)
-SEVERITIES_C = (1, 2, 3, 4, 5)  # ImageNet-C's severities: mCE sums a corruption's errors over all five
+SEVERITIES_C = (1, 2, 3, 4, 5)  # ImageNet-C's severities: mCE sums a corruption's errors over all five (only these:
+# a run on a finer grid, 1-5:0.25, has them among its severities; its fractional ones never enter the protocol)
 _FIXED_ORDER = ("top1", "top5", "ece", "text_similarity", "miou", "foreground_iou", "box_ap", "mask_ap")
 
 
@@ -115,12 +118,18 @@ def _cell(value: float | None, *, percent: bool, n: int | None, what: str, delta
     return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": n}
 
 
-def _conditions(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict, int]]:
-    seen: dict[tuple, tuple[str, dict, int]] = {}
+def _conditions(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict, int | float]]:
+    seen: dict[tuple, tuple[str, dict, int | float]] = {}
     for r in rows:
-        seen.setdefault((r["shift"], params_key(r["params"]), int(r["severity"])),
-                        (r["shift"], dict(r["params"] or {}), int(r["severity"])))
+        severity = canonical(r["severity"])  # 2.5 is its own condition, never merged into 2
+        seen.setdefault((r["shift"], params_key(r["params"]), severity),
+                        (r["shift"], dict(r["params"] or {}), severity))
     return list(seen.values())
+
+
+def _protocol_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows at ImageNet-C's whole severities 1-5 (what its published protocol averages)."""
+    return [r for r in rows if canonical(r["severity"]) in SEVERITIES_C]
 
 
 def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
@@ -130,11 +139,16 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
     mrows = [r for r in rows if r["metric"] == metric and r["shift"] != CLEAN]
     out: list[tuple[str, str, str, list[dict[str, Any]]]] = []
     corr = [r for r in mrows if r["shift"] in IMAGENET_C_CORRUPTIONS]
+    corr_ids = {id(r) for r in corr}  # all of them ImageNet-C's, also the fractional rows its mean leaves out
     if corr:
         k = len({r["shift"] for r in corr})
         # "ImageNet-C" only for the whole protocol; a few of its corruptions are "corruptions"
-        group = "ImageNet-C" if imagenet_c_coverage(rows, metric)["full"] else "corruptions"
-        out.append((group, "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}", corr))
+        full = imagenet_c_coverage(rows, metric)["full"]
+        group = "ImageNet-C" if full else "corruptions"
+        # the protocol's mean is over its severities 1-5; a finer grid's fractional rows stay out of it (they
+        # are in the per-severity tables, the curves and the failure points)
+        out.append((group, "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}",
+                    _protocol_rows(corr) if full else corr))
     from ..shifts.cbar._base import cbar_levels  # the published table: C-bar's ten, a column of their own
 
     cbar = [r for r in mrows if r["shift"] in cbar_levels()]
@@ -160,13 +174,13 @@ def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str,
         if fam in attributes:
             out.append(("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
     # text corruptions (composed retrieval) in a column of their own
-    claimed = {id(r) for _, _, _, grows in out for r in grows}
+    claimed = {id(r) for _, _, _, grows in out for r in grows} | corr_ids
     text = [r for r in mrows if id(r) not in claimed and _text_shift(r["shift"])]
     if text:
         k = len({(r["shift"], params_key(r["params"])) for r in text})
         out.append(("text corruptions", "text", f"mean of {k} text shift{'s' if k != 1 else ''}", text))
     # whatever no family claims still gets a column, so no shift of the run is missing from the headline
-    claimed = {id(r) for _, _, _, grows in out for r in grows}
+    claimed = {id(r) for _, _, _, grows in out for r in grows} | corr_ids
     rest = [r for r in mrows if id(r) not in claimed]
     if rest:
         k = len({(r["shift"], params_key(r["params"])) for r in rest})
@@ -210,26 +224,37 @@ def _text_shift(name: str) -> bool:
 
 
 def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred: Sequence[str],
-             unc: Any = None, baseline: str = CLEAN) -> dict[str, Any] | None:
+             unc: Any = None, baseline: str = CLEAN,
+             failures: Sequence[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The headline of one run: ``{"metric", "groups": [(label, span)], "columns": [{"head", "title"}],
     "rows": [{"model", "n", "cells": [cell]}], "note"}``; columns that do not apply to the run are left out.
     ``baseline``: what the unshifted condition is called, ``clean`` unless the run read a folder written by
-    generate (then the shift and severity it was made under, report/build.py)."""
+    generate (then the shift and severity it was made under, report/build.py). ``failures``: the run's
+    failure points of the headline metric (``report.failure.failure_entries``); with a corruption curve
+    among them, a last column "breaks at" gives each model's earliest point over the corruptions."""
     main = headline_table(tables, preferred)
     if main is None:
         return None
     metric, pct = main.metric, main.percent
     unit = " (%)" if pct else ""
-    index = {(r["model"], r["shift"], params_key(r["params"]), int(r["severity"]), r["metric"]): r for r in rows}
+    index = {(r["model"], r["shift"], params_key(r["params"]), canonical(r["severity"]), r["metric"]): r for r in rows}
     groups = _groups(rows, metric)
     # mCE is defined on top-1 errors over the whole protocol: shown for runs that measured top1 under all 15
     # corruptions at severities 1-5 (their own parameters), whatever the headline metric; never from a part
     coverage = imagenet_c_coverage(rows, "top1")
-    corr_top1 = [r for r in rows if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS
+    corr_top1 = [r for r in _protocol_rows(rows) if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS
                  and not r["params"]] if coverage["full"] else []
     gamma_sets = _gamma_sets(rows)
     columns = _columns(main, groups, bool(corr_top1), gamma_sets)
     models = main.models
+    breaks = _has_breaks(main, failures)
+    if breaks:
+        from .failure import FRACTION
+
+        columns.append({"group": "failure point", "head": "breaks at",
+                        "title": f"the earliest severity, over the run's corruptions, at which {metric} falls to "
+                                 f"{FRACTION:g} x clean (linear between measured severities, fractional ones "
+                                 "included), and the corruption; never: no corruption curve gets there"})
     out_rows = []
     for model in models:
         clean_cell = main.cells.get((CLEAN, model))
@@ -237,6 +262,8 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
         if corr_top1:
             cells += _mce_cells(model, corr_top1, index)
         cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
+        if breaks:
+            cells.append(_breaks_cell(model, failures or [], metric))
         out_rows.append({"model": model, "n": clean_cell.n if clean_cell else None, "cells": cells})
     if baseline != CLEAN:  # the first column is what the run read unshifted, which is not clean
         columns[0] = {"group": baseline, "head": columns[0]["head"],
@@ -250,9 +277,33 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
             f"conditions and severities; n = samples per condition (hover a cell for details).{ci}"
-            + _mce_note(coverage))
+            + _mce_note(coverage) + (_BREAKS_NOTE if breaks else ""))
     return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
             "pairs": _pairs(models, metric, pct, rows, groups, unc)}
+
+
+_BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity where "
+                "the metric falls to half of clean (and under which corruption; never: no curve gets there within "
+                "the measured severities; all of them in Failure points).")
+
+
+def _has_breaks(main: Table, failures: Sequence[dict[str, Any]] | None) -> bool:
+    """Whether the headline gets the "breaks at" column: a higher-is-better metric with a corruption curve."""
+    if not failures or not main.higher_is_better:
+        return False
+    from .failure import breaks_at
+
+    return any(breaks_at(failures, m) is not None for m in main.models)
+
+
+def _breaks_cell(model: str, failures: Sequence[dict[str, Any]], metric: str) -> dict[str, Any]:
+    """A model's "breaks at" cell (report.failure.breaks_at): ``2.7 (zoom_blur)``, ``never`` or ``–``."""
+    from .failure import breaks_at, breaks_at_text, breaks_at_title
+
+    found = breaks_at(failures, model)
+    n = found["entry"]["point"].n if found else None
+    cls = "down" if found and found["crossed"] else ""
+    return {"text": breaks_at_text(found), "ci": "", "title": breaks_at_title(found, metric), "cls": cls, "n": n}
 
 
 def _gamma_sets(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
@@ -261,8 +312,8 @@ def _gamma_sets(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str
     gamma_sets: list[tuple[str, list[dict[str, Any]]]] = []
     if "gamma@10" in {r["metric"] for r in rows}:
         g = [r for r in rows if r["metric"] == "gamma@10" and r["shift"] != CLEAN]
-        image = [r for r in g if not _text_shift(r["shift"]) and int(r["severity"]) == 5]
-        text = [r for r in g if _text_shift(r["shift"]) and int(r["severity"]) == 3]
+        image = [r for r in g if not _text_shift(r["shift"]) and canonical(r["severity"]) == 5]
+        text = [r for r in g if _text_shift(r["shift"]) and canonical(r["severity"]) == 3]
         for label, sel in (("image shifts, severity 5", image), ("text shifts, severity 3", text)):
             if sel:
                 gamma_sets.append((label, sel))
@@ -284,8 +335,9 @@ def _columns(main: Table, groups: Sequence[tuple[str, str, str, list[dict[str, A
                                      "background"})
             continue
         k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
+        which = "ImageNet-C's severities 1-5" if group == "ImageNet-C" else "all severities run"
         columns.append({"group": group, "head": head,
-                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} (all severities run), "
+                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} ({which}), "
                                  "and its change against clean (shifted minus clean)"})
     if mce:
         note = ("AlexNet-normalised with ImageNet-C's published AlexNet errors; errors = 1 − top1; "
@@ -372,7 +424,7 @@ def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[st
     if unc is None or len(models) < 2 or not all(unc.has(m, metric) for m in models):
         return None
     base = models[0]
-    clean = [(c["shift"], c["params"], int(c["severity"])) for c in rows
+    clean = [(c["shift"], c["params"], canonical(c["severity"])) for c in rows
              if c["metric"] == metric and c["shift"] == CLEAN and c["model"] == base][:1]
     cols = [("clean", clean)] + [(head, _conditions([r for r in grows if r["model"] == base]))
                                  for _, _, head, grows in groups]
@@ -422,10 +474,10 @@ def imagenet_c_coverage(rows: Sequence[dict[str, Any]], metric: str = "top1") ->
     have: dict[str, set[tuple[str, int]]] = {r["model"]: set() for r in mine}
     for r in corr:
         if not r["params"] and r.get("value") is not None:
-            have[r["model"]].add((r["shift"], int(r["severity"])))
+            have[r["model"]].add((r["shift"], canonical(r["severity"])))
     full = bool(have) and all(protocol <= got for got in have.values())
     return {"full": full, "corruptions": sorted({r["shift"] for r in corr}),
-            "severities": sorted({int(r["severity"]) for r in corr})}
+            "severities": sorted({canonical(r["severity"]) for r in corr})}
 
 
 def _mce_note(coverage: dict[str, Any]) -> str:
@@ -433,7 +485,7 @@ def _mce_note(coverage: dict[str, Any]) -> str:
     k, sev = len(coverage["corruptions"]), coverage["severities"]
     if coverage["full"] or not k:
         return ""
-    where = f" at severit{'y' if len(sev) == 1 else 'ies'} {', '.join(map(str, sev))}"
+    where = f" at severit{'y' if len(sev) == 1 else 'ies'} {', '.join(map(severity_label, sev))}"
     return (f" No mCE or relative mCE: they are defined over all {len(IMAGENET_C_CORRUPTIONS)} ImageNet-C "
             f"corruptions at severities 1-5 (top-1, the corruptions' own parameters); this run has {k} of "
             f"{len(IMAGENET_C_CORRUPTIONS)}{where}, so the headline shows their mean (mean of {k} "
@@ -444,8 +496,9 @@ def _mce_cells(model: str, corr: Sequence[dict[str, Any]], index: dict) -> list[
     from ..metrics.robustness import mean_corruption_error, relative_mean_corruption_error
 
     errors: dict[str, list[float]] = {}
-    for r in sorted((r for r in corr if r["model"] == model and r["value"] is not None),
-                    key=lambda r: (r["shift"], int(r["severity"]))):
+    # the protocol's five whole severities only, in order (a finer grid's 1.5, 2.5, ... never enter mCE)
+    for r in sorted((r for r in _protocol_rows(corr) if r["model"] == model and r["value"] is not None),
+                    key=lambda r: (r["shift"], canonical(r["severity"]))):
         errors.setdefault(r["shift"], []).append(1.0 - r["value"])
     clean = next((r for k, r in index.items() if k[0] == model and k[1] == CLEAN and k[4] == "top1"), None)
     n = clean["n"] if clean else None

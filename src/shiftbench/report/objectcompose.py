@@ -47,6 +47,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..severity import Severity, canonical
+from ..severity import label as severity_label
 from .blocks import blocks_to_markdown, cell
 
 __all__ = ["family_of", "role_of", "attack_source", "summarise", "summary_blocks", "blocks_from_summary",
@@ -131,9 +133,10 @@ def role_of(family: str) -> str:
     return ROLES.get(family, "custom prompt")
 
 
-def _label(shift: str, params: dict[str, Any], severity: int) -> str:
+def _label(shift: str, params: dict[str, Any], severity: Severity) -> str:
     inner = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in ("mask", "dilation"))
-    return f"{shift} ({inner}) s{severity}" if inner else f"{shift} s{severity}"
+    sev = severity_label(severity)  # 3 or 2.5, never 3.0
+    return f"{shift} ({inner}) s{sev}" if inner else f"{shift} s{sev}"
 
 
 def _sub(a: float | None, b: float | None) -> float | None:
@@ -163,7 +166,7 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = N
     values: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)  # (condition, family) -> model -> value
     counts: dict[tuple[str, str], int] = {}  # (condition, model) -> n
     sources: dict[str, str | None] = {}  # adversarial condition -> its source model
-    conds: dict[str, tuple[str, dict[str, Any], int]] = {}  # condition label -> (shift, params, severity)
+    conds: dict[str, tuple[str, dict[str, Any], Severity]] = {}  # condition label -> (shift, params, severity)
     clean: dict[str, float] = {}
     clean_n: dict[str, int] = {}
     for r in rows:
@@ -178,9 +181,10 @@ def summarise(rows: Iterable[dict[str, Any]], metric: str = "top1", unc: Any = N
             continue
         family = family_of(r["shift"], params)
         if family is not None:
-            label = _label(r["shift"], params, int(r.get("severity") or 0))
+            severity = canonical(r.get("severity") or 0)
+            label = _label(r["shift"], params, severity)
             values[(label, family)][r["model"]] = float(r["value"])
-            conds[label] = (r["shift"], params, int(r.get("severity") or 0))
+            conds[label] = (r["shift"], params, severity)
             counts[(label, r["model"])] = int(r.get("n") or 0)
             if family == "adversarial":
                 sources[label] = attack_source(r["shift"], params)

@@ -29,6 +29,8 @@ from typing import Any, Sequence
 from ..conditioning.attribute_text import ATTRIBUTES
 from ..errors import ShiftbenchError
 from ..results.artifacts import stored_quality_rows
+from ..severity import Severity, canonical
+from ..severity import label as severity_label
 
 __all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "quality_table", "pascal_blocks", "blocks_markdown",
            "write_pascal_ea", "stored_quality_rows", "main", "PAPER_TABLE1", "hurt_most", "family_drops",
@@ -72,7 +74,7 @@ def _n(row: dict[str, Any] | None) -> int | None:
     return None if row is None or row.get("n") is None else int(row["n"])
 
 
-def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: int | None = None) -> dict[str, Any]:
+def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: Severity | None = None) -> dict[str, Any]:
     """Changes against clean (points, (shifted - clean) x 100) per model and attribute at one severity
     (default: the highest).
 
@@ -90,7 +92,8 @@ def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: 
     if not attr_rows:
         raise ShiftbenchError("no attribute_* conditions in the rows")
     if severity is None:
-        severity = max(int(r["severity"]) for r in attr_rows)
+        severity = max(canonical(r["severity"]) for r in attr_rows)
+    severity = canonical(severity)
     models = sorted({r["model"] for r in rows})
     clean_rows = {m: next((r for r in rows if r["model"] == m and r["shift"] == "clean"), None) for m in models}
     clean = {m: None if r is None or r["value"] is None else float(r["value"]) for m, r in clean_rows.items()}
@@ -98,7 +101,7 @@ def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: 
     cells: dict[str, dict[str, float | None]] = {m: {v: None for v in columns} for m in models}
     ns: dict[str, dict[str, int | None]] = {m: {v: None for v in columns} for m in models}
     for r in attr_rows:
-        if int(r["severity"]) != int(severity):
+        if canonical(r["severity"]) != severity:  # 2.5 is its own table, never part of 2's
             continue
         value = attribute_value(r["shift"], _params(r))
         if value not in cells[r["model"]]:
@@ -112,7 +115,7 @@ def table1(rows: Sequence[dict[str, Any]], metric: str | None = None, severity: 
         vals = [v for v in cells[m].values() if v is not None and not math.isnan(v)]
         overall[m] = round(sum(vals) / len(vals), 6) if vals else None
     used = [c for c in columns if any(cells[m][c] is not None or ns[m][c] is not None for m in models)]
-    return {"metric": metric, "severity": int(severity), "models": models, "columns": used,
+    return {"metric": metric, "severity": severity, "models": models, "columns": used,
             "clean": {m: None if v is None else 100.0 * v for m, v in clean.items()},
             "clean_n": {m: _n(r) for m, r in clean_rows.items()}, "cells": cells, "n": ns, "overall": overall}
 
@@ -253,9 +256,9 @@ def _hurt_most_block(t: dict[str, Any]) -> dict[str, Any]:
 def _quality_blocks(quality_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     q = quality_table(quality_rows)
     feats = sorted({r.get("features") for r in quality_rows if r.get("features")})
-    severities = sorted({int(r["severity"]) for r in quality_rows})
+    severities = sorted({canonical(r["severity"]) for r in quality_rows})
     ns = sorted(set(q["n"].values()))
-    note = (f"Edited against clean images, severity {', '.join(map(str, severities))}, "
+    note = (f"Edited against clean images, severity {', '.join(map(severity_label, severities))}, "
             f"n = {', '.join(map(str, ns)) or '–'} images per edit, features: {', '.join(feats) or '–'}. "
             "Each value compares an edit's images with the same clean images (no clean column).")
     head = ["family", "attribute"] + [QUALITY_TITLES[c] for c in q["columns"]]
@@ -279,7 +282,7 @@ def pascal_blocks(rows: Sequence[dict[str, Any]], quality_rows: Sequence[dict[st
     their title, family means are cells of class "mean"); [] when there is nothing to show."""
     blocks: list[dict[str, Any]] = []
     present = {r["metric"] for r in rows}
-    severities = sorted({int(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
+    severities = sorted({canonical(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
     metrics = [m for m in SEGMENTATION_METRICS if m in present]
     if severities and metrics:
         blocks.append({"kind": "heading", "text": f"Segmentation under attribute edits: {CHANGE}"})
@@ -291,7 +294,7 @@ def pascal_blocks(rows: Sequence[dict[str, Any]], quality_rows: Sequence[dict[st
                        "line why it has none."})
         for metric in metrics:
             for sev in severities:
-                blocks.append({"kind": "heading", "text": f"{metric} {CHANGE}, severity {sev}"})
+                blocks.append({"kind": "heading", "text": f"{metric} {CHANGE}, severity {severity_label(sev)}"})
                 t = table1(rows, metric, sev)
                 blocks.append(_table1_block(t))
                 why = paper_protocol(t)
@@ -343,7 +346,7 @@ def write_pascal_ea(out: str | os.PathLike, rows: Sequence[dict[str, Any]],
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     present = {r["metric"] for r in rows}
-    severities = sorted({int(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
+    severities = sorted({canonical(r["severity"]) for r in rows if attribute_value(r["shift"], _params(r))}, reverse=True)
     metrics = [m for m in SEGMENTATION_METRICS if m in present]
     if severities and metrics:
         with open(out / "pascal_ea_table1.csv", "w", newline="", encoding="utf-8") as fh:
@@ -356,7 +359,7 @@ def write_pascal_ea(out: str | os.PathLike, rows: Sequence[dict[str, Any]],
                 for sev in severities:
                     t = table1(rows, metric, sev)
                     for m in t["models"]:
-                        w.writerow([metric, sev, m, t["clean_n"][m], t["clean"][m]] + [t["cells"][m].get(v) for v in values]
+                        w.writerow([metric, severity_label(sev), m, t["clean_n"][m], t["clean"][m]] + [t["cells"][m].get(v) for v in values]
                                    + [t["n"][m].get(v) for v in values] + [t["overall"][m]])
     if quality_rows:
         q = quality_table(quality_rows)

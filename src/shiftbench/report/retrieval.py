@@ -23,6 +23,8 @@ import argparse
 import re
 from typing import Any, Sequence
 
+from ..severity import Severity, canonical
+from ..severity import label as severity_label
 from .blocks import blocks_to_markdown, cell
 
 __all__ = ["recall_block", "gamma_block", "category_block", "retrieval_blocks", "recall_table", "gamma_table",
@@ -38,7 +40,7 @@ _EPS = 1e-12  # gamma of an unaffected retriever is exactly 1.0; only a real gai
 
 
 def _index(rows: Sequence[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    return {(r["model"], r["shift"], r["severity"], r["metric"]): r for r in rows}
+    return {(r["model"], r["shift"], canonical(r["severity"]), r["metric"]): r for r in rows}
 
 
 def _value(idx: dict[tuple, dict[str, Any]], *key: Any) -> float | None:
@@ -90,12 +92,12 @@ def recall_block(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _conditions(rows: Sequence[dict[str, Any]], shifts: Sequence[str] | None = None,
-                severity: int | None = None) -> list[tuple[str, int]]:
-    found: list[tuple[str, int]] = []
+                severity: Severity | None = None) -> list[tuple[str, Severity]]:
+    found: list[tuple[str, Severity]] = []
     for r in rows:
-        key = (r["shift"], r["severity"])
+        key = (r["shift"], canonical(r["severity"]))
         if r["shift"] != "clean" and key not in found and (shifts is None or r["shift"] in shifts) \
-                and (severity is None or r["severity"] == severity):
+                and (severity is None or key[1] == severity):
             found.append(key)
     return found
 
@@ -110,7 +112,7 @@ def gamma_block(rows: Sequence[dict[str, Any]], k: int = 10, conditions: Sequenc
     conditions = list(conditions) if conditions is not None else _conditions(rows)
     body: list[list[Any]] = []
     for shift, severity in conditions:
-        cells: list[Any] = [shift, str(severity)]
+        cells: list[Any] = [shift, severity_label(severity)]
         for m in models:
             g = _value(idx, m, shift, severity, f"gamma@{k}")
             shifted = idx.get((m, shift, severity, f"R@{k}"))
@@ -215,7 +217,7 @@ def recall_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def gamma_table(rows: Sequence[dict[str, Any]], k: int = 10, shifts: Sequence[str] | None = None,
-                severity: int | None = None) -> str:
+                severity: Severity | None = None) -> str:
     """Markdown of :func:`gamma_block` for the conditions of ``shifts`` at ``severity`` (None: all)."""
     return blocks_to_markdown([gamma_block(rows, k, _conditions(rows, shifts, severity))]).rstrip("\n")
 

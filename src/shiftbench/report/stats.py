@@ -39,6 +39,8 @@ from ..errors import ShiftbenchError
 from ..metrics.uncertainty import (ChangeTest, SampleStatistic, bootstrap_test, mcnemar_test, percentile_interval,
                                    resample_counts)
 from ..results.store import params_key
+from ..severity import Severity, canonical
+from ..severity import label as severity_label
 from .tables import CLEAN, Table, condition_label
 
 __all__ = ["Uncertainty", "MCNEMAR_METRICS", "NOISE_RULE", "NOISE_LEVEL"]
@@ -50,7 +52,7 @@ NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the
 NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top-1, top-5) of one condition "
               "with one other, the paired bootstrap (1000 resamples) elsewhere")
 
-Condition = tuple[str, dict, int]
+Condition = tuple[str, dict, Severity]  # (shift, params, severity): 3 or 2.5 (severity.canonical)
 
 _CACHE_DRAWS = 8  # draws kept: one row's value and change draws, a few times over
 _CACHE_CELLS = 4_000_000  # a draw larger than this (n ids x resamples) is not kept
@@ -90,15 +92,17 @@ class Uncertainty:
         if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
             raise ShiftbenchError(f"n_boot must be a positive integer, got {n_boot!r}")
         self.seed, self.n_boot, self.level = int(seed), int(n_boot), float(level)
-        self._entries: dict[tuple[str, str, str, str, int], _Entry] = {}
-        self._datasets: dict[tuple[str, str, str, str, int], str] = {}
-        self._ambiguous: set[tuple[str, str, str, str, int]] = set()
+        self.samples = samples  # as given: the failure points (report.failure) read the same records
+        self._entries: dict[tuple[str, str, str, str, Severity], _Entry] = {}
+        self._datasets: dict[tuple[str, str, str, str, Severity], str] = {}
+        self._ambiguous: set[tuple[str, str, str, str, Severity]] = set()
         self._pairs: set[tuple[str, str]] = set()
         self._cache: dict[tuple[int, int], _Draw] = {}
         self._ones: dict[int, _Draw] = {}
         for s in samples:
-            key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), int(s["severity"]))
-            where = f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} s{s['severity']}"
+            key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), canonical(s["severity"]))
+            where = (f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} "
+                     f"s{severity_label(s['severity'])}")
             ids = [str(i) for i in s["ids"]]
             values = np.asarray(s["values"], dtype=np.float64)
             if values.shape[:1] != (len(ids),):
@@ -193,7 +197,7 @@ class Uncertainty:
     # -- machinery -------------------------------------------------------------------------------------
 
     def _entry(self, model: str, metric: str, cond: Condition) -> _Entry | None:
-        key = (model, metric, cond[0], params_key(cond[1]), int(cond[2]))
+        key = (model, metric, cond[0], params_key(cond[1]), canonical(cond[2]))
         if key in self._ambiguous:
             return None
         return self._entries.get(key)
@@ -370,13 +374,14 @@ def _canonical(conditions: Iterable[Condition]) -> list[Condition]:
     do not depend on how a caller listed them."""
     seen = {}
     for shift, params, severity in conditions:
-        seen[(shift, params_key(params or {}), int(severity))] = (shift, dict(params or {}), int(severity))
+        severity = canonical(severity)  # 2.5 stays 2.5 (never merged into 2); 3.0 is 3, as the seed always wrote it
+        seen[(shift, params_key(params or {}), severity)] = (shift, dict(params or {}), severity)
     return [seen[k] for k in sorted(seen)]
 
 
 def row_conditions(table: Table, label: str) -> list[Condition]:
     """The (shift, params, severity) conditions a table row averages: all its severities, or the one its
-    label names in a per-severity table ('gaussian_noise s3')."""
+    label names in a per-severity table ('gaussian_noise s3', 'gaussian_noise s2.5')."""
     meta = table.row_meta.get(label)
     if meta is None:
         return []
@@ -384,13 +389,15 @@ def row_conditions(table: Table, label: str) -> list[Condition]:
     if shift == CLEAN:
         return [(CLEAN, params, 0)]
     base = condition_label(shift, params)
-    severities = list(meta.get("severities") or [])
-    if label != base:
-        m = re.fullmatch(re.escape(base) + r" s(-?\d+)", label)
+    severities = [canonical(s) for s in meta.get("severities") or []]
+    if meta.get("severity") is not None:  # a per-severity row (tables.build_tables records its severity)
+        severities = [canonical(meta["severity"])]
+    elif label != base:
+        m = re.fullmatch(re.escape(base) + r" s(-?\d+(?:\.\d+)?)", label)
         if m is None:
             return []
-        severities = [int(m.group(1))]
-    return [(shift, params, int(s)) for s in severities]
+        severities = [canonical(float(m.group(1)))]
+    return [(shift, params, s) for s in severities]
 
 
 def _test_fields(test: ChangeTest | None) -> dict[str, Any]:

@@ -9,7 +9,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..errors import SeverityError
+from ..severity import canonical
+from ..severity import label as severity_label
+
 CLEAN = "clean"
+
+
+def _written(severity: Any) -> Any:
+    """A severity as written (``3``, ``2.5``); anything that is not one, as given."""
+    try:
+        return severity_label(severity)
+    except SeverityError:  # not a number: shown as stored
+        return severity
+
+
+def severity_row(base: str, severity: Any) -> str:
+    """The label of one severity's row in a per-severity table: ``'fog s3'``, ``'fog s2.5'`` (never ``s3.0``)."""
+    return f"{base} s{severity_label(severity)}"
 
 
 def condition_label(shift: str, params: dict[str, Any]) -> str:
@@ -23,7 +40,7 @@ def condition_label(shift: str, params: dict[str, Any]) -> str:
         for step in steps:
             extra = dict(step.get("params") or {})
             if step.get("severity") is not None:
-                extra["severity"] = step["severity"]
+                extra["severity"] = _written(step["severity"])
             parts.append(condition_label(str(step["name"]), extra))
         return "chain: " + " then ".join(parts)
     inner = ", ".join(f"{k}={v}" for k, v in sorted(params.items()))
@@ -133,17 +150,24 @@ def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
         table = Table(metric=metric, higher_is_better=bool(extra.get("higher_is_better", True)),
                       percent=bool(values) and all(0.0 <= v <= 1.0 for v in values), models=list(models))
         groups: dict[tuple[str, str], list[dict]] = {}
+        first: dict[str, int] = {}  # a (shift, params)'s first row: its severities' rows stay together, in order
         for r in mrows:
-            label = condition_label(r["shift"], r["params"])
+            base = label = condition_label(r["shift"], r["params"])
+            severity = canonical(r["severity"])
             if per_severity and r["shift"] != CLEAN:
-                label = f"{label} s{r['severity']}"
+                label = severity_row(base, severity)
             groups.setdefault((label, r["model"]), []).append(r)
             if label not in table.rows:
+                first.setdefault(base, len(first))
                 table.rows.append(label)
-                table.row_meta[label] = {"shift": r["shift"], "params": r["params"],
-                                         "severities": sorted({x["severity"] for x in mrows
+                table.row_meta[label] = {"shift": r["shift"], "params": r["params"], "base": base,
+                                         "severities": sorted({canonical(x["severity"]) for x in mrows
                                                                if x["shift"] == r["shift"] and x["params"] == r["params"]})}
-        table.rows.sort(key=lambda lab: lab != CLEAN)
+                if per_severity and r["shift"] != CLEAN:
+                    table.row_meta[label]["severity"] = severity
+        # clean first; the rows of one shift together, its severities in numerical order (2.5 between 2 and 3)
+        table.rows.sort(key=lambda lab: (lab != CLEAN, first[table.row_meta[lab]["base"]],
+                                         table.row_meta[lab].get("severity", 0)))
         for (label, model), group in groups.items():
             vals = [g["value"] for g in group if g["value"] is not None]
             value = sum(vals) / len(vals) if vals else None

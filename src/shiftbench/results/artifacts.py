@@ -14,6 +14,8 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from ..severity import Severity, canonical, label
+
 if TYPE_CHECKING:
     from .store import Store
 
@@ -55,10 +57,11 @@ def stored_quality_rows(store: "Store", run_id: str) -> list[dict[str, Any]]:
     return json.loads(found[0]["data"].decode("utf-8")) if found else []
 
 
-def thumb_key(shift: str, params_key: str, severity: int, sample_id: Any) -> str:
+def thumb_key(shift: str, params_key: str, severity: Severity, sample_id: Any) -> str:
     """The key of a grid thumbnail. Params may hold "/" (a texture path, a hub id), so their key is quoted;
-    the sample id is not (the report reads the condition from the meta, not from the key)."""
-    return f"{THUMB_PREFIX}{shift}/{quote(params_key, safe='')}/{severity}/{sample_id}"
+    the sample id is not (the report reads the condition from the meta, not from the key). The severity is
+    written as ``severity.label`` does: ``3``, ``2.5``."""
+    return f"{THUMB_PREFIX}{shift}/{quote(params_key, safe='')}/{label(severity)}/{sample_id}"
 
 
 def stored_thumbs(store: "Store", run_id: str) -> list[dict[str, Any]]:
@@ -66,20 +69,21 @@ def stored_thumbs(store: "Store", run_id: str) -> list[dict[str, Any]]:
     return store.artifacts(run_id, THUMB_PREFIX)
 
 
-def thumb_condition(thumb: dict[str, Any]) -> tuple[str, str, int, str]:
+def thumb_condition(thumb: dict[str, Any]) -> tuple[str, str, Severity, str]:
     """(shift, params key, severity, sample id) of a thumbnail: from its meta, or from the key of stores
     written before the meta carried them (their params held no "/": such runs could not be reported)."""
     meta = thumb.get("meta") or {}
     if "params_key" in meta:
-        return meta["shift"], meta["params_key"], int(meta["severity"]), str(meta["sample_id"])
+        return meta["shift"], meta["params_key"], canonical(meta["severity"]), str(meta["sample_id"])
     _, shift, pk, severity, sid = thumb["key"].split("/", 4)
-    return shift, pk, int(severity), sid
+    return shift, pk, canonical(float(severity)), sid
 
 
-def gradcam_key(model: str, shift: str, params_key: str, severity: int, sample_id: Any) -> str:
-    """The key of one Grad-CAM overlay; the model's label, the params key and the sample id are quoted."""
+def gradcam_key(model: str, shift: str, params_key: str, severity: Severity, sample_id: Any) -> str:
+    """The key of one Grad-CAM overlay; the model's label, the params key and the sample id are quoted; the
+    severity written as ``severity.label`` does (``3``, ``2.5``)."""
     return (f"{ANALYSIS_GRADCAM_PREFIX}{quote(model, safe='')}/{shift}/{quote(params_key, safe='')}/"
-            f"{severity}/{quote(str(sample_id), safe='')}")
+            f"{label(severity)}/{quote(str(sample_id), safe='')}")
 
 
 def stored_analysis(store: "Store", run_id: str) -> dict[str, Any]:

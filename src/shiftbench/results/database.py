@@ -22,6 +22,8 @@ SCHEMA_VERSION = "1"
 _MAGIC_KEY = "shiftbench_schema"
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
+# conditions.severity has INTEGER affinity: a whole severity is stored (and read back) as an int, an in-between
+# one (2.5, shiftbench.severity) as a REAL, read back as the float 2.5; no schema change was needed for them
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import Option, StoreError
 from ..seeds import check_seed
+from ..severity import Severity, canonical
 from .database import SCHEMA_VERSION, Database  # noqa: F401  (SCHEMA_VERSION: still importable from here)
 from .identity import describe_changes, identity_key
 
@@ -77,7 +78,7 @@ class ConditionKey:
     dataset: str
     shift: str
     params: dict[str, Any]
-    severity: int
+    severity: Severity  # stored as given by canonical(): 3 (INTEGER), 2.5 (REAL, read back as 2.5)
 
     @property
     def params_json(self) -> str:
@@ -216,7 +217,8 @@ class Store(Database):
     # -- conditions ---------------------------------------------------------------------------
     def condition(self, run_id: str, key: ConditionKey) -> int:
         """The id of a condition of ``run_id`` (created pending if new)."""
-        args = (run_id, key.model, key.dataset, key.shift, key.params_json, int(key.severity))
+        # canonical, never truncated: 2.5 is its own condition; a whole 3.0 is the 3 of every earlier run
+        args = (run_id, key.model, key.dataset, key.shift, key.params_json, canonical(key.severity))
         with self._write() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO conditions (run_id, model, dataset, shift, params, severity)"
@@ -380,7 +382,7 @@ class Store(Database):
                 (run_id,),
             ).fetchall()
             out = [{"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": json.loads(r["params"]),
-                    "severity": int(r["severity"]), "metric": r["metric"], "kind": r["kind"],
+                    "severity": r["severity"], "metric": r["metric"], "kind": r["kind"],
                     "ids": json.loads(r["ids"]), "values": _npy_array(bytes(r["data"]))} for r in rows]
         for d in out:
             self._typed(d, "per-sample record", {**_CONDITION_TYPES, "metric": (str,), "kind": (str,), "ids": (list,)})

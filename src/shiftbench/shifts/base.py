@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy as np
 from ..errors import SeverityError, ShiftbenchError
 from ..sample import Query, Sample, content_id, to_rgb_uint8
 from ..seeds import check_seed
+from ..severity import canonical, label
 from .replay_params import check_replay_params, replay_failed
 
 __all__ = ["Shift", "ImageShift", "TextShift", "make_rng", "derive_seed", "check_params"]
@@ -84,6 +86,8 @@ class Shift:
     kind: ClassVar[str] = "image"  # "image", "sample" (needs a Sample with a mask) or "text"
     severities: ClassVar[tuple[int, int]] = (1, 5)
     default_severity: ClassVar[int | None] = None
+    # a dial: any real severity in the range (shiftbench.severity), not only whole ones
+    continuous: ClassVar[bool] = False
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "caption", "layout"})
     requires: ClassVar[frozenset[str]] = frozenset()  # Sample fields needed, e.g. {"mask"}
 
@@ -106,16 +110,23 @@ class Shift:
         return [self.apply(s, p) for s, p in zip(samples, params)]
 
     # -- the call contract --------------------------------------------------------------------
-    def check_severity(self, severity: int | None) -> int:
+    def check_severity(self, severity: float | None) -> int | float:
+        """The severity as used and recorded (``severity.canonical``: whole ones are ints); None gives the
+        default. A dial (``continuous``) takes any real number in its range, other shifts whole ones."""
         lo, hi = self.severities
         if severity is None:
             severity = self.default_severity if self.default_severity is not None else (lo if lo == hi else 3)
-        if isinstance(severity, bool) or not isinstance(severity, (int, np.integer)):
-            raise SeverityError(f"shift {self.name!r}: severity must be an integer in {lo}..{hi}, "
+        kind = "a number" if self.continuous else "an integer"
+        if isinstance(severity, bool) or not isinstance(severity, numbers.Real):
+            raise SeverityError(f"shift {self.name!r}: severity must be {kind} in {lo}..{hi}, "
                                 f"got {severity!r} ({type(severity).__name__})")
-        if not lo <= severity <= hi:
-            raise SeverityError(f"shift {self.name!r}: severity {severity!r} is outside {lo}..{hi}")
-        return int(severity)
+        value = canonical(severity, f"shift {self.name!r}: severity")
+        if not lo <= value <= hi:
+            raise SeverityError(f"shift {self.name!r}: severity {label(value)} is outside {lo}..{hi}")
+        if not isinstance(value, int) and not self.continuous:
+            raise SeverityError(f"shift {self.name!r}: severity must be an integer in {lo}..{hi} (this shift has "
+                                f"no severities in between), got {label(value)}")
+        return value
 
     def rng(self, seed: int, sample_id: str | None) -> np.random.Generator:
         return make_rng(seed, sample_id, self.name)

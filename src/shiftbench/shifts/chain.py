@@ -27,6 +27,7 @@ from ..errors import SeverityError, ShiftbenchError
 from ..registry import SHIFTS
 from ..sample import Sample
 from ..seeds import check_seed
+from ..severity import Severity, canonical, label
 from .base import Shift, check_params
 
 __all__ = ["Chain", "chain", "normalise_steps"]
@@ -66,11 +67,14 @@ def normalise_steps(shifts: Any) -> list[dict[str, Any]]:
             raise ShiftbenchError(f"{where}: {name!r} cannot be a step (list the steps themselves)")
         if not isinstance(params, dict):
             raise ShiftbenchError(f"{where} ({name}): params must be a mapping, got {params!r}")
-        if severity is not None and (isinstance(severity, bool) or not isinstance(severity, (int, np.integer))):
-            raise ShiftbenchError(f"{where} ({name}): severity must be an integer, got {severity!r}")
+        if severity is not None:  # a number (whole ones an int: shiftbench.severity); the step's range is the shift's
+            try:
+                severity = canonical(severity, f"{where} ({name}): severity")
+            except SeverityError as exc:
+                raise ShiftbenchError(str(exc)) from None
         entry: dict[str, Any] = {"name": name, "params": json.loads(json.dumps(params, sort_keys=True, default=str))}
         if severity is not None:
-            entry["severity"] = int(severity)
+            entry["severity"] = severity
         steps.append(entry)
     return steps
 
@@ -93,7 +97,7 @@ class Chain(Shift):
             except ShiftbenchError as exc:
                 raise type(exc)(f"chain step {i + 1}: {exc}") from None
             self.steps.append(shift)
-        self.fixed: list[int | None] = []
+        self.fixed: list[Severity | None] = []
         for i, (shift, step) in enumerate(zip(self.steps, steps)):
             lo, hi = shift.severities
             fixed = step.get("severity")
@@ -101,7 +105,7 @@ class Chain(Shift):
                 fixed = lo  # a single-severity shift always runs at it
             if fixed is not None:
                 try:
-                    fixed = shift.check_severity(int(fixed))
+                    fixed = shift.check_severity(fixed)
                 except SeverityError as exc:
                     raise SeverityError(f"chain step {i + 1}: {exc}") from None
             self.fixed.append(fixed)
@@ -118,8 +122,10 @@ class Chain(Shift):
         else:
             lo = hi = 1
             default = 1
-        # per-instance contract attributes (class attributes on single shifts)
+        # per-instance contract attributes (class attributes on single shifts); a dial when every step that
+        # runs at the chain's severity has one (a step without would be asked for 2.5)
         self.severities = (lo, hi)  # type: ignore[misc]
+        self.continuous = bool(free) and all(getattr(s, "continuous", False) for s in free)  # type: ignore[misc]
         self.default_severity = default if default is None or lo <= default <= hi else None  # type: ignore[misc]
         keeps = frozenset.intersection(*(frozenset(s.keeps) for s in self.steps))
         self.keeps = keeps  # type: ignore[misc]
@@ -141,11 +147,11 @@ class Chain(Shift):
                             f"({before.name}) does not keep valid; put {shift.name} first")
 
     # -- the shift contract -------------------------------------------------------------------
-    def severity_of(self, step: int, severity: int) -> int:
+    def severity_of(self, step: int, severity: Severity) -> Severity:
         fixed = self.fixed[step]
         return fixed if fixed is not None else severity
 
-    def sample_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
+    def sample_params(self, sample: Sample, severity: Severity, rng: np.random.Generator) -> dict[str, Any]:
         out = sample
         records = []
         last = len(self.steps) - 1
@@ -163,7 +169,7 @@ class Chain(Shift):
             self._remember(sample, params, out)
         return params
 
-    def draw(self, sample: Sample, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
+    def draw(self, sample: Sample, severity: Severity | None = None, seed: int = 0) -> dict[str, Any]:
         seed = check_seed(seed)
         severity = self.check_severity(severity)
         self.check_sample(sample)
@@ -246,7 +252,7 @@ class Chain(Shift):
         for step in self.config["shifts"]:
             fixed = step.get("severity")
             args = ", ".join(f"{k}={v}" for k, v in sorted(step["params"].items()))
-            parts.append(step["name"] + (f"({args})" if args else "") + (f"@{fixed}" if fixed is not None else ""))
+            parts.append(step["name"] + (f"({args})" if args else "") + (f"@{label(fixed)}" if fixed is not None else ""))
         return " -> ".join(parts)
 
     def __repr__(self) -> str:

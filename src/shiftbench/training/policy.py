@@ -31,6 +31,7 @@ from ..errors import SeverityError, ShiftbenchError
 from ..registry import SHIFTS
 from ..sample import Sample
 from ..seeds import check_seed
+from ..severity import Severity, check, label, parse
 from ..shifts.base import Shift, make_rng
 
 __all__ = ["ShiftPolicy", "PolicyEntry", "Choice", "TASK_NEEDS", "parse_severities", "check_stream_key",
@@ -49,7 +50,7 @@ class PolicyEntry:
     """One shift of a policy: the Shift, the severities drawn for it (uniformly) and its relative weight."""
 
     shift: Shift
-    severities: tuple[int, ...]
+    severities: tuple[Severity, ...]  # canonical (shiftbench.severity): 3, 2.5
     weight: float
 
     @property
@@ -69,7 +70,7 @@ class Choice:
     id and the shift's name, as for any shift call)."""
 
     entry: int | None
-    severity: int | None
+    severity: Severity | None
     seed: int
 
 
@@ -85,41 +86,33 @@ def check_stream_key(epoch: Any, index: Any) -> str:
     return f"epoch={int(epoch)}\x1findex={int(index)}"
 
 
-def parse_severities(spec: Any, shift: Shift, where: str) -> tuple[int, ...]:
-    """Severities from an int, a list of ints, a ``range``, ``"lo-hi"`` or None (the shift's whole range).
+def parse_severities(spec: Any, shift: Shift, where: str) -> tuple[Severity, ...]:
+    """Severities from a number, a list, a ``range``, ``"lo-hi"``, ``"1,3,5"``, a grid ``"lo-hi:step"`` or None
+    (the shift's whole range, whole severities): read by the one parser of written severities
+    (``shiftbench.severity.parse``), then checked against the shift's range and, for an in-between severity
+    (2.5), its dial (``Shift.continuous``). Errors start with ``where``.
 
     >>> import shiftbench as sb
     >>> parse_severities("2-4", sb.create_shift("gaussian_noise"), "x")
     (2, 3, 4)
+    >>> parse_severities("1-2:0.5", sb.create_shift("gaussian_noise"), "x")
+    (1, 1.5, 2)
     """
     lo, hi = shift.severities
     if spec is None:
-        values: list[Any] = list(range(lo, hi + 1))
-    elif isinstance(spec, str):
-        text = spec.strip()
-        first, dash, last = text.partition("-")
-        try:
-            values = list(range(int(first), int(last) + 1)) if dash else [int(text)]
-        except ValueError:
-            raise ShiftbenchError(f"{where}: severities {spec!r} is not an int, a list or 'lo-hi'") from None
-    elif isinstance(spec, numbers.Integral) and not isinstance(spec, bool):
-        values = [spec]
-    elif isinstance(spec, (range, list, tuple, np.ndarray)):
-        values = spec.tolist() if isinstance(spec, np.ndarray) else list(spec)
-    else:
+        return tuple(range(lo, hi + 1))
+    if isinstance(spec, bool) or not isinstance(spec, (str, numbers.Real, range, list, tuple, np.ndarray)):
         raise ShiftbenchError(f"{where}: severities must be an int, a list, a range or 'lo-hi', got {spec!r}")
-    if not values:
+    if not isinstance(spec, (str, numbers.Real)) and len(spec) == 0:
         raise ShiftbenchError(f"{where}: severities {spec!r} is empty")
-    out = []
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise ShiftbenchError(f"{where}: severity {value!r} is not an integer")
-        if not lo <= value <= hi:
-            raise SeverityError(f"{where}: severity {value!r} is outside {lo}..{hi}")
-        out.append(int(value))
-    if len(set(out)) != len(out):
-        raise ShiftbenchError(f"{where}: severities {out} repeat a value; list each once")
-    return tuple(out)
+    try:
+        values = parse(spec, where)
+    except SeverityError as exc:
+        if isinstance(spec, str) and "is not a severity" in str(exc):
+            raise ShiftbenchError(f"{where}: severities {spec!r} is not an int, a list, 'lo-hi' or a grid "
+                                  "'lo-hi:step'") from None
+        raise
+    return check(values, lo, hi, bool(getattr(shift, "continuous", False)), where, shift.name)
 
 
 def _check_weight(weight: Any, where: str) -> float:
@@ -165,8 +158,8 @@ def _shift_of(item: Any, where: str) -> tuple[Shift, Any, Any]:
 
 
 def _is_one_spec(severities: Any) -> bool:
-    """A severities argument meant for every shift (an int, 'lo-hi', a range, a list of ints)."""
-    if severities is None or isinstance(severities, (str, range, numbers.Integral, np.ndarray)):
+    """A severities argument meant for every shift (a number, 'lo-hi', 'lo-hi:step', a range, a list of numbers)."""
+    if severities is None or isinstance(severities, (str, range, numbers.Real, np.ndarray)):
         return True
     # a list of numbers is one list of severities ([3, 5]: 3 or 5 for every shift); a list holding lists,
     # ranges, strings or None has one spec per shift
@@ -188,8 +181,9 @@ class ShiftPolicy:
     object (``sb.create_shift(...)``, ``sb.chain(...)``, your own subclass) or a dict
     ``{name, params, severities, weight}`` (or ``{shift, severities, weight}``).
     ``p``: the probability that a sample is shifted at all; otherwise it passes through unchanged.
-    ``severities``: a default for every shift (an int, a list of ints, a ``range`` or ``"lo-hi"``; None:
-    each shift's whole range), or a list with one such spec per shift; drawn uniformly per sample.
+    ``severities``: a default for every shift (an int, a list, a ``range``, ``"lo-hi"`` or a grid
+    ``"lo-hi:step"`` such as ``"1-5:0.5"``, in-between severities for shifts with a dial; None: each shift's
+    whole range), or a list with one such spec per shift; drawn uniformly per sample.
     ``weights``: relative weights of the shifts (one per shift; default equal); the shift is chosen with
     probability ``weight / sum(weights)`` among samples that are shifted.
 
@@ -341,8 +335,9 @@ class ShiftPolicy:
         for e in self.entries:
             args = ", ".join(f"{k}={v}" for k, v in sorted(e.shift.config.items()))
             sev = e.severities
-            sev_text = (f"{sev[0]}-{sev[-1]}" if len(sev) > 1 and list(sev) == list(range(sev[0], sev[-1] + 1))
-                        else ",".join(map(str, sev)))
+            whole = all(isinstance(v, int) for v in sev)
+            sev_text = (f"{sev[0]}-{sev[-1]}" if whole and len(sev) > 1 and list(sev) == list(range(sev[0], sev[-1] + 1))
+                        else ",".join(map(label, sev)))
             parts.append(f"{e.name}" + (f"({args})" if args else "") + f"@{sev_text} w={e.weight:g}")
         return f"ShiftPolicy(p={self.p:g}, [{'; '.join(parts)}])"
 

@@ -2,7 +2,8 @@
 
 ImageNet-C-bar (Mintun, Kirillov and Xie, NeurIPS 2021) defines each corruption on a level scale 0..10 and
 picks five levels per corruption as its severities 1..5 (``data/cbar/imagenet_c_bar.csv``, shipped with its
-licence). A level becomes a parameter linearly: ``float_parameter(level, maxval) = level * maxval / 10``.
+licence). Severity is a dial: between whole severities the level moves linearly from one published level to
+the next; ``create_shift(name, scale="level")`` takes the level itself, any real number in 0..10. A level becomes a parameter linearly: ``float_parameter(level, maxval) = level * maxval / 10``.
 
 A C-bar corruption's params are the reference's ``sample_parameters`` record, under the same names and
 meanings, plus ``severity`` and ``level``; numpy arrays are recorded as lists. So a record drawn by the
@@ -23,6 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...errors import ShiftbenchError
+from ...severity import interpolate
 from ..corruptions._common import Corruption
 
 __all__ = ["CBarCorruption", "LEVELS", "float_parameter", "int_parameter", "cbar_levels", "draw_seed32"]
@@ -64,9 +67,26 @@ class CBarCorruption(Corruption):
 
     level_table: ClassVar[dict[str, tuple[float, ...]]] = LEVELS
 
-    def level(self, severity: int) -> float:
-        """The published level of ``severity`` (1..5) on the corruption's 0..10 scale."""
-        return self.level_table[self.name][int(severity) - 1]
+    def __init__(self, scale: str = "severity"):
+        """``scale="severity"`` (the default): severities 1..5, the published levels at whole severities and the
+        level linear between them (severity 2.5 of sparkles, levels 2 and 3, is level 2.5). ``scale="level"``:
+        the severity *is* the level, any real number on the corruption's own 0..10 scale, given to the reference's
+        formulas as they stand (level 0 is their end point, not always the clean image)."""
+        if scale not in ("severity", "level"):
+            raise ShiftbenchError(f"shift {self.name!r}: scale must be 'severity' (1..5, the published levels) or "
+                                  f"'level' (the 0..10 level scale), got {scale!r}")
+        self.scale = scale
+        self.config: dict[str, Any] = {} if scale == "severity" else {"scale": scale}
+        if scale == "level":
+            self.severities = (0, 10)
+            self.default_severity = None
+
+    def level(self, severity: float) -> float:
+        """The level on the corruption's 0..10 scale of ``severity``: the published level at a whole severity
+        1..5, linear in between; the severity itself on the level scale."""
+        if self.scale == "level":
+            return float(severity)
+        return float(interpolate(self.level_table[self.name], severity, integer="float"))
 
     def sample_parameters(self, shape: tuple[int, ...], level: float, rng: np.random.Generator) -> dict[str, Any]:
         raise NotImplementedError

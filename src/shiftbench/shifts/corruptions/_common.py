@@ -59,6 +59,7 @@ class Corruption(ImageShift):
     """
 
     group = _RegisteredGroup()
+    continuous: ClassVar[bool] = True  # any real severity in 1..5: each class states how its levels interpolate
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "caption", "layout"})
 
     def draws(self, shape: tuple[int, ...], severity: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -93,7 +94,7 @@ class Corruption(ImageShift):
     # -- ImageShift hooks ---------------------------------------------------------------------
     def image_params(self, image: np.ndarray, severity: int, rng: np.random.Generator) -> dict[str, Any]:
         check_image(image, self.name)
-        return {"severity": int(severity), **self.draws(image.shape, severity, rng)}
+        return {"severity": severity, **self.draws(image.shape, severity, rng)}
 
     def apply_image(self, image: np.ndarray, params: dict[str, Any]) -> np.ndarray:
         check_image(image, self.name)

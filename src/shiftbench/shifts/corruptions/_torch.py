@@ -70,17 +70,21 @@ def trunc(x):
 
 
 _DEVICE_TABLES: dict[tuple[Any, ...], Any] = {}
+_MAX_TABLES = 256  # device tables kept (least recently used dropped first)
 
 
 def on_device(device, key: tuple[Any, ...], make: Callable[[], np.ndarray]):
-    """A table built once on the CPU and kept on ``device`` (tables are small: at most 256 KB)."""
+    """A table built once on the CPU and kept on ``device`` (tables are small: at most 512 KB). The most recently
+    used ``_MAX_TABLES`` are kept: a grid of in-between severities makes a table per severity, not without end."""
     import torch
 
     full = (str(device), *key)
-    t = _DEVICE_TABLES.get(full)
+    t = _DEVICE_TABLES.pop(full, None)
     if t is None:
         t = torch.from_numpy(np.ascontiguousarray(make())).to(device)
-        _DEVICE_TABLES[full] = t
+        while len(_DEVICE_TABLES) >= _MAX_TABLES:
+            _DEVICE_TABLES.pop(next(iter(_DEVICE_TABLES)))
+    _DEVICE_TABLES[full] = t  # (re)inserted last: the dict's order is the order of use
     return t
 
 
@@ -123,7 +127,7 @@ def _separable(x, ky: np.ndarray, kx: np.ndarray, mode: str):
     return out.reshape(n, c, h, w)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=128)
 def _gaussian_taps(sigma: float, truncate: float) -> np.ndarray:
     # the radius rule of skimage (int(truncate * sigma + 0.5)), OpenCV's float kernel (as the numpy path)
     k = 2 * int(truncate * float(sigma) + 0.5) + 1

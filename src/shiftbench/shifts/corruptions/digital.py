@@ -1,5 +1,9 @@
 """Digital corruptions: contrast, elastic_transform, pixelate, jpeg_compression (ImageNet-C) and saturate (extra).
 
+Severity is a dial over 1..5: whole severities are the published levels (same bytes as ever), in
+between each class docstring states how its parameter moves from one level to the next
+(``shiftbench.severity.interpolate``).
+
 The tensor paths (``corrupt_tensor``) read the numpy paths' tables and fields on the tensor's device;
 JPEG has no device codec with libjpeg-turbo's bytes and is encoded on the CPU.
 """
@@ -14,6 +18,7 @@ import cv2
 import numpy as np
 
 from ...registry import SHIFTS
+from ...severity import between, interpolate, is_whole
 from ._common import Corruption, draw_seed, gaussian_blur_like_skimage, noise_rng, to_uint8
 from ._torch import on_device, trunc
 
@@ -26,9 +31,75 @@ JPEG_QUALITY = (25, 18, 15, 10, 7)
 SATURATE = ((0.3, 0), (0.1, 0), (2, 0), (5, 0.1), (20, 0.2))  # (saturation gain, offset)
 
 
+def _kept_on_device(device, key: tuple[Any, ...], severity, make):
+    """``on_device`` for tables of whole severities (a handful, kept); tables of in-between severities are
+    moved over each call, so that a stream of dial values does not grow the device cache without bound."""
+    if is_whole(severity):
+        return on_device(device, key, make)
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(make())).to(device)
+
+
+def _bayer(n: int) -> np.ndarray:
+    """The n x n ordered-dither (Bayer) matrix: ranks 0..n*n-1, each run of ranks spread evenly over the tile."""
+    m = np.zeros((1, 1), dtype=np.int64)
+    while m.shape[0] < n:
+        m = np.block([[4 * m, 4 * m + 2], [4 * m + 3, 4 * m + 1]])
+    return m
+
+
+DITHER = (_bayer(16) + 0.5) / 256.0  # a pixel's rank in the tile as a fraction: it switches when t passes it
+
+
+@lru_cache(maxsize=16)
+def dither_thresholds(height: int, width: int) -> np.ndarray:
+    """``DITHER`` tiled over an image of ``height`` x ``width`` (float64, read-only: shared by the cache)."""
+    tiled = np.ascontiguousarray(DITHER[np.arange(height)[:, None] % 16, np.arange(width)[None, :] % 16])
+    tiled.flags.writeable = False
+    return tiled
+
+
+def ordered_switch(low: np.ndarray, high: np.ndarray, t: float) -> np.ndarray:
+    """Two levels' HxWx3 outputs mixed pixel by pixel: where the dither threshold is below ``t`` the pixel is
+    ``high``'s, elsewhere ``low``'s (a fraction t of every 16 x 16 tile; a pixel once switched stays switched)."""
+    take = dither_thresholds(*low.shape[:2]) < t
+    return np.where(take[..., None], high, low)
+
+
+def ordered_switch_tensor(low, high, t: float):
+    """``ordered_switch`` on uint8 (N, 3, H, W) tensors: the same pixels."""
+    import torch
+
+    h, w = low.shape[2:]
+    take = on_device(low.device, ("dither", h, w), lambda: dither_thresholds(h, w).copy()) < t
+    return torch.where(take, high, low)
+
+
+def ordered_fade(low: np.ndarray, high: np.ndarray, t: float) -> np.ndarray:
+    """Two levels' HxWx3 outputs cross-faded, ``low + (high - low) * t`` rounded by the dither threshold of
+    each pixel (floor(x + threshold)): unbiased in the mean, so the fade moves evenly; each value moves
+    monotonically from ``low``'s to ``high``'s as t grows, exact at t = 0 and 1."""
+    base = low.astype(np.int16)
+    step = np.floor(t * (high.astype(np.float64) - base) + dither_thresholds(*low.shape[:2])[..., None])
+    return (base + step).astype(np.uint8)
+
+
+def ordered_fade_tensor(low, high, t: float):
+    """``ordered_fade`` on uint8 (N, 3, H, W) tensors, in the same float64 arithmetic: the same values."""
+    import torch
+
+    h, w = low.shape[2:]
+    thresholds = on_device(low.device, ("dither", h, w), lambda: dither_thresholds(h, w).copy())
+    base = low.to(torch.float64)
+    return (base + torch.floor(t * (high.to(torch.float64) - base) + thresholds)).to(torch.uint8)
+
+
 @SHIFTS.register("contrast", description="Contrast reduced towards the channel means (ImageNet-C)", group="digital")
 class Contrast(Corruption):
     """Contrast (ImageNet-C): (x - mean) * c + mean per channel, c = 0.4..0.05.
+
+    In between levels c moves linearly (severity 4.5 keeps 0.075 of the contrast).
 
     The map is per channel and per value, so it runs as a 256-entry table per channel, computed
     with the reference's own float64 expression and applied in the same compiled pass.
@@ -39,14 +110,14 @@ class Contrast(Corruption):
 
         means = np.array(cv2.mean(image)[:3], dtype=np.float64) / 255.0
         out = np.empty_like(image)
-        contrast_pass(image, means, float(CONTRAST[severity - 1]), out)  # the tables and their reads, one pass
+        contrast_pass(image, means, float(interpolate(CONTRAST, severity)), out)  # the tables and their reads, one pass
         return out
 
     def corrupt_tensor(self, x, severity, params):
         import torch
 
         n, c, h, w = x.shape
-        c_ = float(CONTRAST[severity - 1])
+        c_ = float(interpolate(CONTRAST, severity))
         flat = x.reshape(n, c, h * w)
         means = flat.to(torch.float64).mean(dim=2, keepdim=True) / 255.0  # (N, 3, 1), as cv2.mean
         levels = torch.arange(256, device=x.device, dtype=torch.float64).view(1, 1, 256) / 255.0
@@ -59,7 +130,8 @@ class ElasticTransform(Corruption):
     """Elastic transform (ImageNet-C): uniform displacement noise, Gaussian-smoothed, bilinear remap.
 
     Smoothing sigma (1% of each side) and displacement range (0.5% of the height) scale with the
-    image, as in the reference.
+    image, as in the reference. In between levels the displacement gain alpha moves linearly; the
+    noise is the same at every severity, so the warp grows along the same field.
     """
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
@@ -68,7 +140,7 @@ class ElasticTransform(Corruption):
     def displacement(self, shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """(dx, dy) in pixels: column and row displacement of every output pixel."""
         h, w = shape[:2]
-        alpha = ELASTIC_ALPHA[severity - 1]
+        alpha = interpolate(ELASTIC_ALPHA, severity)
         max_shift = h * 0.005
         rng = noise_rng(params)
         fields = []
@@ -183,10 +255,18 @@ class Pixelate(Corruption):
     The downscale reproduces Pillow's BOX resampling (the reference's) in a compiled kernel, the
     upscale is OpenCV's pixel-centre nearest neighbour (Pillow's NEAREST picks the same pixels):
     identical output, without Pillow's image copies.
+
+    In between levels a fraction t of the pixels (an ordered 16 x 16 Bayer dither, ``ordered_switch``) take
+    the next level's pixelation, the rest the previous level's. The small size is a whole number of pixels
+    and the change is not monotone in it (on 224 px photos blocks of 224/128 change them more than 224/126),
+    so no scale between the levels' gives a monotone dial.
     """
 
     def corrupt(self, image, severity, params):
-        c = PIXELATE[severity - 1]
+        i, j, t = between(severity, len(PIXELATE))
+        if i != j:
+            return ordered_switch(self.corrupt(image, i + 1, params), self.corrupt(image, j + 1, params), t)
+        c = PIXELATE[i]
         h, w = image.shape[:2]
         small = box_downscale(image, int(w * c), int(h * c))
         return cv2.resize(small, (w, h), interpolation=cv2.INTER_NEAREST_EXACT)
@@ -194,7 +274,10 @@ class Pixelate(Corruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        c = PIXELATE[severity - 1]
+        i, j, t = between(severity, len(PIXELATE))
+        if i != j:
+            return ordered_switch_tensor(self.corrupt_tensor(x, i + 1, params), self.corrupt_tensor(x, j + 1, params), t)
+        c = PIXELATE[i]
         n, _, h, w = x.shape
         out_w, out_h = int(w * c), int(h * c)
         small = _box_pass_tensor(x.to(torch.int64), *box_coefficients(w, out_w), axis=3)
@@ -209,6 +292,9 @@ class Pixelate(Corruption):
 class JpegCompression(Corruption):
     """JPEG compression (ImageNet-C): encode at quality 25, 18, 15, 10, 7 (4:2:0) and decode.
 
+    In between levels the quality, a whole number, moves linearly and is rounded half up (severity 1.5
+    encodes at 22): it steps down one quality at a time, never up.
+
     OpenCV's libjpeg-turbo gives the same bytes as the reference's Pillow encoder here
     (tests/shifts/test_corruptions_reference.py checks it) in about 2/3 of the time, mostly saved
     in copies between Pillow and numpy.
@@ -216,7 +302,7 @@ class JpegCompression(Corruption):
 
     def corrupt(self, image, severity, params):
         ok, encoded = cv2.imencode(
-            ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY[severity - 1]]
+            ".jpg", cv2.cvtColor(image, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality(severity)]
         )
         if not ok:  # pragma: no cover - OpenCV always encodes a uint8 RGB image
             raise RuntimeError("OpenCV failed to encode a JPEG")
@@ -233,7 +319,17 @@ class JpegCompression(Corruption):
         return torch.from_numpy(out).to(x.device).permute(0, 3, 1, 2).contiguous()
 
 
+def jpeg_quality(severity: float) -> int:
+    """The JPEG quality at ``severity``: the published ones at the levels, linear and rounded half up between."""
+    return int(interpolate(JPEG_QUALITY, severity, "lerp-round"))
+
+
 _IMREAD_RGB = getattr(cv2, "IMREAD_COLOR_RGB", None)  # OpenCV >= 4.10 decodes straight to RGB
+
+
+def _saturates(level: int) -> bool:
+    gain, offset = SATURATE[level - 1]
+    return gain > 1 or offset > 0
 
 
 @SHIFTS.register("saturate", description="HSV saturation scaled (ImageNet-C extra)", group="extra")
@@ -242,11 +338,26 @@ class Saturate(Corruption):
 
     With hue and value fixed each channel moves along its line to the maximum channel:
     ch' = V - (V - ch) * S'/S; grey pixels take the reference's hue 0 (red) when b > 0.
+
+    In between levels a and b move linearly, except from 2 to 3, where the levels go from desaturating
+    (a = 0.1) to saturating (a = 2): any gain between passes through the unchanged image, so there a
+    fraction t of the pixels (an ordered 16 x 16 Bayer dither, the same pixels at every t before them)
+    take level 3's output and the rest level 2's.
     """
+
+    @staticmethod
+    def _dither(severity) -> tuple[int, int, float] | None:
+        """(level, level, t) where ``severity`` lies strictly between a desaturating and a saturating level."""
+        i, j, t = between(severity, len(SATURATE))
+        return (i + 1, j + 1, t) if _saturates(i + 1) != _saturates(j + 1) else None
 
     def corrupt(self, image, severity, params):
         from ._kernels import saturate_pass
 
+        mixed = self._dither(severity)
+        if mixed is not None:
+            low, high, t = mixed
+            return ordered_switch(self.corrupt(image, low, params), self.corrupt(image, high, params), t)
         out = np.empty_like(image)
         saturate_pass(image, *saturate_tables(severity), out)  # one pass, one table read per pixel
         return out
@@ -254,8 +365,12 @@ class Saturate(Corruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        factors = on_device(x.device, ("saturate", severity), lambda: saturate_tables(severity)[0])
-        grey = on_device(x.device, ("saturate-grey", severity), lambda: saturate_tables(severity)[1])
+        mixed = self._dither(severity)
+        if mixed is not None:
+            low, high, t = mixed
+            return ordered_switch_tensor(self.corrupt_tensor(x, low, params), self.corrupt_tensor(x, high, params), t)
+        factors = _kept_on_device(x.device, ("saturate", severity), severity, lambda: saturate_tables(severity)[0])
+        grey = _kept_on_device(x.device, ("saturate-grey", severity), severity, lambda: saturate_tables(severity)[1])
         v = x.amax(dim=1, keepdim=True)
         spread = (v - x.amin(dim=1, keepdim=True)).to(torch.int64)
         vi = v.to(torch.int64)
@@ -266,13 +381,14 @@ class Saturate(Corruption):
         return torch.where(spread > 0, moved, grey_pixel)
 
 
-@lru_cache(maxsize=None)
-def saturate_tables(severity: int) -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=64)
+def saturate_tables(severity: float) -> tuple[np.ndarray, np.ndarray]:
     """(factors, grey) of saturate at ``severity``, in the float32 arithmetic of the per-pixel form:
     ``factors[(V << 8) | spread]`` = clip((spread / V) * gain + offset, 0, 1) * V / spread for
     0 < spread <= V, and ``grey[V]`` = the green and blue level of a grey pixel of value V (V itself,
-    or V * (1 - clip(offset)) when the offset gives greys hue 0), truncated as the reference does."""
-    gain, offset = SATURATE[severity - 1]
+    or V * (1 - clip(offset)) when the offset gives greys hue 0), truncated as the reference does.
+    Gain and offset are the levels' linearly interpolated (``Saturate`` dithers levels 2 and 3 instead)."""
+    gain, offset = interpolate(SATURATE, severity, "float")
     value = np.arange(256, dtype=np.float32)[:, None]
     spread = np.arange(256, dtype=np.float32)[None, :]
     valid = (spread > 0) & (spread <= value)

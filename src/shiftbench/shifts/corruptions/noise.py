@@ -2,6 +2,7 @@
 
 Each output channel value depends only on the input value and the noise, so the exact output
 distribution of the reference formula is tabulated per grey level (256 x 256) once per severity
+(any real severity in 1..5: the published constant moves linearly from one level to the next)
 and sampled with the alias method (see _common). The result has the same distribution as the
 reference output, at a fraction of the cost of drawing Gaussian or Poisson variates in float64.
 The tensor path reads the same tables with the same random words, bit for bit.
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...registry import SHIFTS
+from ...severity import interpolate
 from ._common import Corruption, alias_table, draw_seed, noise_rng, normal_cdf, sample_from_table
 from ._torch import on_device
 
@@ -35,18 +37,18 @@ def _pmf_from_cdf(cdf_below: np.ndarray) -> np.ndarray:
     return np.diff(cdf, axis=1, prepend=0.0).clip(min=0.0)
 
 
-@lru_cache(maxsize=None)
-def gaussian_table(severity: int):
+@lru_cache(maxsize=64)
+def gaussian_table(severity: float):
     # reference: uint8(clip(v/255 + c*n, 0, 1) * 255); output <= k  <=>  v + 255*c*n < k + 1
-    c = GAUSSIAN_SCALE[severity - 1]
+    c = interpolate(GAUSSIAN_SCALE, severity)
     k = _LEVELS[None, :255]
     return alias_table(_pmf_from_cdf(normal_cdf((k + 1 - _LEVELS[:, None]) / (255.0 * c))))
 
 
-@lru_cache(maxsize=None)
-def speckle_table(severity: int):
+@lru_cache(maxsize=64)
+def speckle_table(severity: float):
     # reference: uint8(clip(x + x*c*n, 0, 1) * 255) = v*(1 + c*n); grey level 0 stays 0
-    c = SPECKLE_SCALE[severity - 1]
+    c = interpolate(SPECKLE_SCALE, severity)
     k = _LEVELS[None, :255]
     v = np.maximum(_LEVELS[:, None], 1e-300)
     cdf = normal_cdf(((k + 1) / v - 1.0) / c)
@@ -54,10 +56,10 @@ def speckle_table(severity: int):
     return alias_table(_pmf_from_cdf(cdf))
 
 
-@lru_cache(maxsize=None)
-def shot_table(severity: int):
+@lru_cache(maxsize=64)
+def shot_table(severity: float):
     # reference: uint8(clip(poisson(x*c)/c, 0, 1) * 255) with x = v/255
-    c = SHOT_PHOTONS[severity - 1]
+    c = interpolate(SHOT_PHOTONS, severity, integer="float")
     pmf = np.zeros((256, 256))
     counts = np.arange(c)  # counts >= c all give 255
     outputs = (np.clip(counts / float(c), 0, 1) * 255).astype(np.uint8)
@@ -73,11 +75,11 @@ def shot_table(severity: int):
     return alias_table(pmf)
 
 
-@lru_cache(maxsize=None)
-def impulse_table(severity: int):
+@lru_cache(maxsize=64)
+def impulse_table(severity: float):
     # reference (skimage s&p, salt_vs_pepper=0.5): each channel value is replaced with
     # probability c, by 0 or 255 with equal odds
-    c = IMPULSE_AMOUNT[severity - 1]
+    c = interpolate(IMPULSE_AMOUNT, severity)
     pmf = np.zeros((256, 256))
     pmf[np.arange(256), np.arange(256)] = 1.0 - c
     pmf[:, 0] += c / 2
@@ -88,13 +90,13 @@ def impulse_table(severity: int):
 class _TabulatedNoise(Corruption):
     """Noise whose per-value output distribution is tabulated; draws one seed per image."""
 
-    def table(self, severity: int):
+    def table(self, severity: float):
         raise NotImplementedError
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
-    def corrupt(self, image: np.ndarray, severity: int, params: dict[str, Any]) -> np.ndarray:
+    def corrupt(self, image: np.ndarray, severity: float, params: dict[str, Any]) -> np.ndarray:
         return sample_from_table(image, self.table(severity), noise_rng(params))
 
     def corrupt_tensor(self, x, severity, params):
@@ -118,31 +120,43 @@ class _TabulatedNoise(Corruption):
 
 @SHIFTS.register("gaussian_noise", description="Additive Gaussian noise (ImageNet-C)", group="noise")
 class GaussianNoise(_TabulatedNoise):
-    """Additive Gaussian noise (ImageNet-C): x + N(0, c), c = 0.08..0.38 of the range."""
+    """Additive Gaussian noise (ImageNet-C): x + N(0, c), c = 0.08..0.38 of the range.
 
-    def table(self, severity: int):
+    Continuous severity: c linear between the published levels.
+    """
+
+    def table(self, severity: float):
         return gaussian_table(severity)
 
 
 @SHIFTS.register("shot_noise", description="Poisson (photon) noise (ImageNet-C)", group="noise")
 class ShotNoise(_TabulatedNoise):
-    """Poisson noise (ImageNet-C): Poisson(x * c) / c with c = 60..3 photons at full scale."""
+    """Poisson noise (ImageNet-C): Poisson(x * c) / c with c = 60..3 photons at full scale.
 
-    def table(self, severity: int):
+    Continuous severity: the photon count c linear (a real number, not rounded) between the published levels.
+    """
+
+    def table(self, severity: float):
         return shot_table(severity)
 
 
 @SHIFTS.register("impulse_noise", description="Salt-and-pepper noise (ImageNet-C)", group="noise")
 class ImpulseNoise(_TabulatedNoise):
-    """Salt-and-pepper noise (ImageNet-C): a fraction c = 0.03..0.27 of values set to 0 or 255."""
+    """Salt-and-pepper noise (ImageNet-C): a fraction c = 0.03..0.27 of values set to 0 or 255.
 
-    def table(self, severity: int):
+    Continuous severity: the fraction c linear between the published levels.
+    """
+
+    def table(self, severity: float):
         return impulse_table(severity)
 
 
 @SHIFTS.register("speckle_noise", description="Multiplicative Gaussian noise (ImageNet-C extra)", group="extra")
 class SpeckleNoise(_TabulatedNoise):
-    """Multiplicative noise (ImageNet-C extra): x + x * N(0, c), c = 0.15..0.6."""
+    """Multiplicative noise (ImageNet-C extra): x + x * N(0, c), c = 0.15..0.6.
 
-    def table(self, severity: int):
+    Continuous severity: c linear between the published levels.
+    """
+
+    def table(self, severity: float):
         return speckle_table(severity)

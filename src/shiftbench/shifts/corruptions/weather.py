@@ -1,5 +1,9 @@
 """Weather corruptions: snow, frost, fog, brightness (ImageNet-C) and spatter (extra).
 
+Severity is a dial over 1..5: whole severities are the published levels (same bytes as ever), in
+between each class docstring states how its parameters move from one level to the next
+(``shiftbench.severity.interpolate``). No draw depends on the severity.
+
 frost blends in one of five overlays shipped in ``shiftbench/data/frost`` (generated
 procedurally by ``tools/make_frost_overlays.py``; the reference's photographs are not shipped).
 The tensor paths (``corrupt_tensor``) draw what the numpy paths draw, on the CPU from the recorded
@@ -17,6 +21,7 @@ import numpy as np
 
 from ...errors import ShiftbenchError
 from ...registry import SHIFTS
+from ...severity import between, interpolate, is_whole
 from ._common import (
     Corruption,
     draw_seed,
@@ -28,6 +33,7 @@ from ._common import (
     zoom_crop_matrix,
 )
 from ._torch import motion_blur_tensor, on_device, stack_to_device, trunc, warp_grid
+from .digital import ordered_fade, ordered_fade_tensor, ordered_switch, ordered_switch_tensor
 
 __all__ = ["Snow", "Frost", "Fog", "Brightness", "Spatter", "plasma_fractal", "FROST_DIR"]
 
@@ -52,8 +58,23 @@ SPATTER = (
     (0.65, 0.3, 1, 0.65, 1.5, 1),
     (0.67, 0.4, 1, 0.65, 1.5, 1),
 )
+# interpolation rules per position (``shiftbench.severity.interpolate``): only snow's blur radius counts taps
+SNOW_RULES = ("float", "float", "float", "float", "lerp-round", "float", "float")
+# snow levels between which the output cross-fades instead (see ``Snow``)
+SNOW_CROSSFADE = (2,)
+SPATTER_RULES = ("float", "float", "float", "float", "float", "round")
 WATER_RGB = np.array([175, 238, 238], dtype=np.float32) / 255.0  # pale turquoise
 MUD_RGB = np.array([63, 42, 20], dtype=np.float32) / 255.0
+
+
+def _kept_on_device(device, key: tuple[Any, ...], severity, make):
+    """``on_device`` for tables of whole severities (a handful, kept); tables of in-between severities are
+    moved over each call, so that a stream of dial values does not grow the device cache without bound."""
+    if is_whole(severity):
+        return on_device(device, key, make)
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(make())).to(device)
 
 
 def _grey_tensor(x):
@@ -66,13 +87,29 @@ def _grey_tensor(x):
 
 @SHIFTS.register("snow", description="Falling snow over a greyed image (ImageNet-C)", group="weather")
 class Snow(Corruption):
-    """Snow (ImageNet-C): thresholded zoomed noise, motion-blurred into streaks, added twice (rotated)."""
+    """Snow (ImageNet-C): thresholded zoomed noise, motion-blurred into streaks, added twice (rotated).
+
+    In between levels every parameter (mean, std, zoom, threshold, blur sigma, image weight) moves linearly;
+    the streak radius is a tap count, linear then rounded half up. From 2 to 3 that path makes more snow
+    than either level (the levels change photos about equally, flakes of one size traded for fewer larger
+    ones), so there the output cross-fades from level 2's image to level 3's instead (``ordered_fade``: snow
+    only brightens, so the change moves linearly). The recorded draws are the same at any severity.
+    """
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng), "angle": float(rng.uniform(-135.0, -45.0))}
 
+    @staticmethod
+    def _crossfade(severity) -> tuple[int, int, float] | None:
+        i, j, t = between(severity, len(SNOW))
+        return (i + 1, j + 1, t) if i != j and i + 1 in SNOW_CROSSFADE else None
+
     def corrupt(self, image, severity, params):
-        mean, std, zoom, threshold, radius, sigma, weight = SNOW[severity - 1]
+        fade = self._crossfade(severity)
+        if fade is not None:
+            low, high, t = fade
+            return ordered_fade(self.corrupt(image, low, params), self.corrupt(image, high, params), t)
+        mean, std, zoom, threshold, radius, sigma, weight = interpolate(SNOW, severity, SNOW_RULES)
         h, w = image.shape[:2]
         # the reference draws H x W normals and zooms its central crop by ``zoom``: only that
         # crop (1/zoom**2 of them) reaches the output, so only the crop is drawn
@@ -100,7 +137,11 @@ class Snow(Corruption):
         import torch
         import torch.nn.functional as F
 
-        mean, std, zoom, threshold, radius, sigma, weight = SNOW[severity - 1]
+        fade = self._crossfade(severity)
+        if fade is not None:
+            low, high, t = fade
+            return ordered_fade_tensor(self.corrupt_tensor(x, low, params), self.corrupt_tensor(x, high, params), t)
+        mean, std, zoom, threshold, radius, sigma, weight = interpolate(SNOW, severity, SNOW_RULES)
         n, _, h, w = x.shape
         crop_h, crop_w = int(np.ceil(h / float(zoom))), int(np.ceil(w / float(zoom)))
         layers = []
@@ -112,7 +153,7 @@ class Snow(Corruption):
         layer = stack_to_device(layers, x)[:, None]
         matrix = zoom_crop_matrix((h, w), zoom)
         matrix[:, 2] = 0.0
-        grid = on_device(x.device, ("snow", h, w, float(zoom)), lambda: warp_grid((h, w), (crop_h, crop_w), matrix))
+        grid = _kept_on_device(x.device, ("snow", h, w, float(zoom)), severity, lambda: warp_grid((h, w), (crop_h, crop_w), matrix))
         layer = F.grid_sample(layer, grid.expand(n, h, w, 2), mode="bilinear", padding_mode="zeros", align_corners=True)
         layer = torch.where(layer < threshold, torch.zeros_like(layer), layer).clamp_(0, 1)
         layer = motion_blur_tensor(layer, radius, sigma, [p["angle"] for p in params])
@@ -150,7 +191,11 @@ def rescaled_overlay(index: int, height: int, width: int) -> np.ndarray:
 
 @SHIFTS.register("frost", description="Frost crystals over the lens (ImageNet-C)", group="weather")
 class Frost(Corruption):
-    """Frost (ImageNet-C): a random crop of a frost overlay blended over the image."""
+    """Frost (ImageNet-C): a random crop of a frost overlay blended over the image.
+
+    In between levels the image and frost weights move linearly; the overlay and its crop are drawn
+    independently of the severity, so a dial value only changes the blend.
+    """
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         h, w = shape[:2]
@@ -159,7 +204,7 @@ class Frost(Corruption):
         return {"overlay": index, "top": int(rng.integers(0, oh - h)), "left": int(rng.integers(0, ow - w))}
 
     def corrupt(self, image, severity, params):
-        image_weight, frost_weight = FROST[severity - 1]
+        image_weight, frost_weight = interpolate(FROST, severity, "float")
         h, w = image.shape[:2]
         overlay = rescaled_overlay(int(params["overlay"]), h, w)
         top, left = int(params["top"]), int(params["left"])
@@ -171,7 +216,7 @@ class Frost(Corruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        image_weight, frost_weight = FROST[severity - 1]
+        image_weight, frost_weight = interpolate(FROST, severity, "float")
         n, _, h, w = x.shape
         crops = []
         for p in params:
@@ -209,13 +254,17 @@ def plasma_fractal(size: int, decay: float, rng: np.random.Generator) -> np.ndar
 
 @SHIFTS.register("fog", description="Fog from a plasma fractal (ImageNet-C)", group="weather")
 class Fog(Corruption):
-    """Fog (ImageNet-C): a diamond-square fractal added, then the range compressed."""
+    """Fog (ImageNet-C): a diamond-square fractal added, then the range compressed.
+
+    In between levels the strength and the fractal's roughness decay move linearly (the same uniforms
+    shape the fractal at every severity).
+    """
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
     def corrupt(self, image, severity, params):
-        strength, decay = FOG[severity - 1]
+        strength, decay = interpolate(FOG, severity, "float")
         h, w = image.shape[:2]
         size = 1 << (max(h, w) - 1).bit_length()  # next power of two, as the reference
         fractal = plasma_fractal(size, decay, noise_rng(params))[:h, :w]
@@ -227,7 +276,7 @@ class Fog(Corruption):
         return to_uint8(out)
 
     def corrupt_tensor(self, x, severity, params):
-        strength, decay = FOG[severity - 1]
+        strength, decay = interpolate(FOG, severity, "float")
         n, _, h, w = x.shape
         size = 1 << (max(h, w) - 1).bit_length()
         fractal = stack_to_device([plasma_fractal(size, decay, noise_rng(p))[:h, :w] for p in params], x)[:, None]
@@ -240,10 +289,10 @@ class Fog(Corruption):
 # -- brightness -----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
-def brightness_lut(severity: int) -> np.ndarray:
+@lru_cache(maxsize=64)
+def brightness_lut(severity: float) -> np.ndarray:
     """out[value, channel] for value = max channel: HSV V raised by c with hue and saturation kept."""
-    c = BRIGHTNESS[severity - 1]
+    c = interpolate(BRIGHTNESS, severity)
     v = np.arange(256, dtype=np.float64)[:, None] / 255.0
     ch = np.arange(256, dtype=np.float64)[None, :] / 255.0
     raised = np.minimum(v + c, 1.0)
@@ -255,6 +304,8 @@ def brightness_lut(severity: int) -> np.ndarray:
 @SHIFTS.register("brightness", description="Brightness raised in HSV (ImageNet-C)", group="weather")
 class Brightness(Corruption):
     """Brightness (ImageNet-C): HSV value + 0.1..0.5, hue and saturation kept.
+
+    In between levels the increment c moves linearly (severity 2.5 adds 0.25).
 
     With hue and saturation fixed every channel scales by V'/V, so the whole corruption is a
     256x256 table indexed by (max channel, channel).
@@ -270,7 +321,7 @@ class Brightness(Corruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        lut = on_device(x.device, ("brightness", severity), lambda: brightness_lut(severity))
+        lut = _kept_on_device(x.device, ("brightness", severity), severity, lambda: brightness_lut(severity))
         v = x.amax(dim=1, keepdim=True).to(torch.int64) << 8
         return lut[v | x.to(torch.int64)]
 
@@ -280,16 +331,33 @@ class Brightness(Corruption):
 
 @SHIFTS.register("spatter", description="Water or mud spatter (ImageNet-C extra)", group="extra")
 class Spatter(Corruption):
-    """Spatter (ImageNet-C extra): water drops (severity 1-3) or mud (4-5) from thresholded noise."""
+    """Spatter (ImageNet-C extra): water drops (severity 1-3) or mud (4-5) from thresholded noise.
+
+    In between levels of the same liquid (1..3 water, 4..5 mud) every parameter moves linearly. From 3 to 4
+    water turns to mud, which no parameter spans, and a cross-fade would cancel the water's lightening
+    against the mud's darkening (both sit on the same blobs of the recorded noise): there a fraction t of
+    the pixels (an ordered 16 x 16 Bayer dither, ``ordered_switch``) take level 4's output, the rest level 3's.
+    """
 
     def draws(self, shape, severity, rng) -> dict[str, Any]:
         return {"noise_seed": draw_seed(rng)}
 
     @staticmethod
-    def layer(shape: tuple[int, ...], severity: int, params: dict[str, Any]) -> np.ndarray:
+    def _switch(severity) -> tuple[int, int, float] | None:
+        """(level, level, t) where ``severity`` lies strictly between a water and a mud level, else None."""
+        i, j, t = between(severity, len(SPATTER))
+        return (i + 1, j + 1, t) if SPATTER[i][5] != SPATTER[j][5] else None
+
+    @staticmethod
+    def layer(shape: tuple[int, ...], severity: float, params: dict[str, Any]) -> np.ndarray:
         """The (H, W) float32 layer drawn from the recorded seed alone: the water drops' intensity
-        (severity 1-3) or the mud mask (4-5). Both the numpy and the torch path blend it in."""
-        mean, std, sigma, threshold, amount, mud = SPATTER[severity - 1]
+        (severity 1-3) or the mud mask (4-5). Both the numpy and the torch path blend it in. Between 3
+        and 4, where ``corrupt`` mixes the outputs of levels 3 and 4, it is the nearer level's layer."""
+        mixed = Spatter._switch(severity)
+        if mixed is not None:
+            low, high, t = mixed
+            severity = high if t >= 0.5 else low
+        mean, std, sigma, threshold, amount, mud = interpolate(SPATTER, severity, SPATTER_RULES)
         h, w = shape[:2]
         liquid = noise_rng(params).standard_normal((h, w), dtype=np.float32)
         liquid *= std
@@ -317,7 +385,11 @@ class Spatter(Corruption):
         return mask
 
     def corrupt(self, image, severity, params):
-        mud = SPATTER[severity - 1][5]
+        mixed = self._switch(severity)
+        if mixed is not None:
+            low, high, t = mixed
+            return ordered_switch(self.corrupt(image, low, params), self.corrupt(image, high, params), t)
+        mud = interpolate(SPATTER, severity, SPATTER_RULES)[5]
         layer = self.layer(image.shape, severity, params)
         x = image.astype(np.float32) / 255.0
         if not mud:
@@ -331,7 +403,11 @@ class Spatter(Corruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        mud = SPATTER[severity - 1][5]
+        mixed = self._switch(severity)
+        if mixed is not None:
+            low, high, t = mixed
+            return ordered_switch_tensor(self.corrupt_tensor(x, low, params), self.corrupt_tensor(x, high, params), t)
+        mud = interpolate(SPATTER, severity, SPATTER_RULES)[5]
         n, _, h, w = x.shape
         # the layer (drops or mud mask) is a function of the recorded seed alone: drawn and shaped on the
         # CPU (OpenCV's Canny, distance transform, equalisation), blended on the device

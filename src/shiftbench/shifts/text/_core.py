@@ -27,15 +27,26 @@ import numpy as np
 
 from ...errors import ShiftbenchError
 from ...sample import content_id
+from ...severity import interpolate
 from ..base import TextShift, check_params, text_of
 
 __all__ = [
-    "FRACTIONS", "MIN_LETTERS", "TextEdit", "TextChanges", "TextCorruption", "WordCorruption",
+    "FRACTIONS", "MIN_LETTERS", "fraction", "TextEdit", "TextChanges", "TextCorruption", "WordCorruption",
     "edits_to_apply", "levenshtein", "units_to_change", "word_spans", "letter_words", "match_case",
 ]
 
-#: Fraction of the eligible units changed at severity 1..5 (monotone; at least one unit when any).
+#: Fraction of the eligible units changed at severity 1..5 (monotone; at least one unit when any). The rate is
+#: a dial: between whole severities it is linear (``fraction(2.5)`` = 0.25), so any real severity in 1..5 works.
 FRACTIONS: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def fraction(severity: float) -> float:
+    """The rate of ``severity``: FRACTIONS' entry at a whole severity, linear between them.
+
+    >>> fraction(3), fraction(2.5)
+    (0.3, 0.25)
+    """
+    return float(interpolate(FRACTIONS, severity, integer="float"))
 
 #: Character-level corruptions leave words shorter than this alone ("a", "on", "to" stay readable).
 MIN_LETTERS = 3
@@ -46,11 +57,11 @@ def units_to_change(n_units: int, severity: int) -> int:
 
     >>> [units_to_change(12, s) for s in range(1, 6)]
     [2, 3, 4, 5, 6]
-    >>> units_to_change(1, 1), units_to_change(0, 5)
-    (1, 0)
+    >>> units_to_change(1, 1), units_to_change(0, 5), units_to_change(12, 2.5)
+    (1, 0, 3)
     """
     # the small epsilon keeps float noise (0.3 * 10 = 3.0000000000000004) from adding a unit
-    return math.ceil(FRACTIONS[severity - 1] * n_units - 1e-9) if n_units > 0 else 0
+    return math.ceil(fraction(severity) * n_units - 1e-9) if n_units > 0 else 0
 
 
 @lru_cache(maxsize=1)
@@ -236,6 +247,7 @@ class TextCorruption(TextShift):
     """
 
     level: ClassVar[str] = "char"  # "char" or "word": documentation and the benchmark's grouping
+    continuous: ClassVar[bool] = True  # the severity sets a rate (``fraction``): any real severity in 1..5
 
     # -- to implement -------------------------------------------------------------------------
     def units(self, text: str) -> list[tuple[int, str]]:
@@ -382,7 +394,7 @@ class TextCorruption(TextShift):
         draws = np.asarray(stream.prefix(2 * int(counts.max())))
         priority = draws[2 * local]
         # the same count as units_to_change, in the same float64 arithmetic
-        k = np.where(counts > 0, np.ceil(FRACTIONS[severity - 1] * counts - 1e-9), 0).astype(np.int64)
+        k = np.where(counts > 0, np.ceil(fraction(severity) * counts - 1e-9), 0).astype(np.int64)
         order = np.lexsort((priority, text_of))  # stable, as sorted() text by text
         rank = np.empty(len(words), np.int64)
         rank[order] = np.arange(len(words)) - first[text_of[order]]
