@@ -466,6 +466,26 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
     _console().print(f"report: {path}", soft_wrap=True, markup=False)
 
 
+@cli.command("export")
+@click.option("--store", required=True, type=click.Path(), help="Results database.")
+@click.option("--format", "fmt", required=True, metavar="FORMAT",
+              help="robustbench (RobustBench's model_info/<dataset>/corruptions layout), jsonl (one line per sample, "
+                   "condition and metric) or results (one JSON per run: rows, 95% CIs, failure points, provenance).")
+@click.option("--out", required=True, type=click.Path(),
+              help="Output folder; only the files of an earlier export there are replaced.")
+@click.option("--run-id", "run_ids", multiple=True, help="Which run (repeatable; default: the latest).")
+@click.option("--all", "all_runs", is_flag=True, help="Every run of the store.")
+def export_cmd(store: str, fmt: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
+    """Export runs of a results store for other tools (never re-runs models; docs/exports.md)."""
+    from .report.export import export_store
+
+    done = export_store(store, out, fmt, run_id=list(run_ids) if run_ids else None, all_runs=all_runs)
+    for note in done.notes:  # what the store lacked, one line each
+        click.echo(f"note: {one_line(note)}", err=True)
+    _console().print(f"export {done.format}: {plural(len(done.files), 'file')} of {plural(len(done.runs), 'run')} "
+                     f"in {out}", soft_wrap=True, markup=False)
+
+
 @cli.command("demo")
 @click.option("--out", default="shiftbench-demo", show_default=True, type=click.Path(file_okay=False))
 @click.option("--quick", is_flag=True, help="A smaller run (about a minute on 2 CPU cores).")
@@ -474,6 +494,26 @@ def demo_cmd(out: str, quick: bool) -> None:
     from .demo import run_demo
 
     run_demo(out, quick=quick)
+
+
+# -- leaderboard --------------------------------------------------------------------------------
+@cli.command("leaderboard")
+@click.argument("stores", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Folder for leaderboard.md and leaderboard.html (sortable columns); without it, print only.")
+@click.option("--by", default=None,
+              help="Column to rank by [default: clean, the headline metric on clean data]: corruptions, mce, "
+                   "rel-mce, bg-gap, a background family (mixed_same, color, ...), attribute-color, gamma-image, "
+                   "gamma-text, breaks-at, ...")
+def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) -> None:
+    """One row per (model, weights) across STORES and their runs, ranked, ties within noise marked (≈)."""
+    from .report.leaderboard import leaderboard, to_markdown, write_leaderboard
+
+    board = leaderboard(list(stores), by=by)
+    click.echo(to_markdown(board), nl=False)
+    if out:
+        md, html = write_leaderboard(board, out)
+        _console().print(f"leaderboard: {md} and {html}", soft_wrap=True, markup=False)
 
 
 # -- train-retriever (issue 9: composed image retrieval) ----------------------------------------------

@@ -136,8 +136,16 @@ def test_a_spec_grid_runs_stores_1_5_and_resumes(tmp_path, capsys):
     by_sev = {r["severity"]: r for r in rows if r["shift"] == "gaussian_noise"}
     assert type(by_sev[1.5]["severity"]) is float and type(by_sev[1]["severity"]) is int
     assert type(by_sev[2]["severity"]) is int and all(r["n"] == 3 for r in rows)
-    if samples:  # per-sample values keep 1.5 too
-        assert sorted({s["severity"] for s in samples if s["shift"] == "gaussian_noise"}) == [1, 1.5, 2]
+    assert samples  # per-sample values keep 1.5 too
+    assert sorted({s["severity"] for s in samples if s["shift"] == "gaussian_noise"}) == [1, 1.5, 2]
+    # the report of the store: 1.5 its own row, a failure curve through it, the family figure
+    out = tmp_path / "report"
+    assert main(["report", "--store", str(db), "--out", str(out)]) == 0
+    capsys.readouterr()
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "gaussian_noise s1.5" in html and "gaussian_noise s1.0" not in html
+    assert (out / "failure_noise.png").is_file() and "failure_noise.png" in html
+    assert "1.5" in (out / "failure_points.md").read_text(encoding="utf-8")
     # the stored spec (the run's identity) holds the grid's values
     with Store(db) as store:
         run = store.run()

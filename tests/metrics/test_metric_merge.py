@@ -140,6 +140,22 @@ def _feed_edits(metric, items) -> None:
                                           [b for _, (_, _, b) in items]))
 
 
+def _cue_items(seed: int) -> list:
+    """Scores over 1000 classes and a cue-conflict target each (conflict, texture alone, silhouette alone)."""
+    from shiftbench.metrics.shape_bias import CueTarget
+
+    rng = np.random.default_rng(seed)
+    classes = [7, 291, 340, 386, 948]
+    items = []
+    for _ in range(N_ITEMS):
+        cue = str(rng.choice(["conflict", "texture", "silhouette"]))
+        scores = rng.normal(0, 1, 1000)
+        scores[int(rng.choice(classes))] += 10.0
+        items.append((scores, CueTarget(cue, 340 if cue != "texture" else -1, 291 if cue != "silhouette" else -1,
+                                        classes)))
+    return items
+
+
 FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] = {
     "top1": (lambda: METRICS.create("top1"), _classification, _feed_classification),
     "top5": (lambda: METRICS.create("top5"), _classification, _feed_classification),
@@ -156,9 +172,11 @@ FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] =
     "dino_distance": (lambda: METRICS.create("dino_distance", features=FEATURES), _images, _feed_pairs),
     "fid": (lambda: METRICS.create("fid", features=FEATURES), _images, _feed_pairs),
     "clip_direction": (lambda: METRICS.create("clip_direction", clip=CLIP), _edits, _feed_edits),
+    "shape_bias": (lambda: METRICS.create("shape_bias"), _cue_items,
+                   lambda m, it: m.update(np.stack([x for x, _ in it]), [t for _, t in it])),
 }
 # the metrics the runner saves in the store: their states must survive JSON
-STORED = {"top1", "top5", "ece", "miou", "foreground_iou", "box_ap", "mask_ap", "text_similarity"}
+STORED = {"top1", "top5", "ece", "miou", "foreground_iou", "box_ap", "mask_ap", "text_similarity", "shape_bias"}
 # metrics whose state is a sum: the order of the parts does not matter either
 COMMUTATIVE = {"top1", "top5", "ece", "miou", "foreground_iou", "text_similarity"}
 

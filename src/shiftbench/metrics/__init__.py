@@ -1,7 +1,7 @@
 """Metrics: stateful update/compute classes over pure functions (registered on import).
 
-Classification (``top1``, ``top5``, ``ece``), segmentation (``miou``, ``foreground_iou``), detection
-(``box_ap``, ``mask_ap``) and captioning (``text_similarity``, lazy: it loads sentence-transformers).
+Classification (``top1``, ``top5``, ``ece``; ``shape_bias`` on a cue-conflict set), segmentation (``miou``,
+``foreground_iou``), detection (``box_ap``, ``mask_ap``) and captioning (``text_similarity``, lazy: it loads sentence-transformers).
 Robustness summaries are pure functions in :mod:`shiftbench.metrics.robustness`.
 
 >>> from shiftbench.registry import METRICS
@@ -16,11 +16,12 @@ from .base import Metric, OrderedMerge, check_task
 from .classification import ECE, Top1, Top5, TopK
 from .detection import BoxAP, MaskAP
 from .segmentation import ForegroundIoU, MeanIoU
+from .shape_bias import ShapeBias
 
 __all__ = ["Metric", "OrderedMerge", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "MeanIoU", "ForegroundIoU",
-           "BoxAP", "MaskAP"]
+           "BoxAP", "MaskAP", "ShapeBias"]
 
-for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP):
+for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP, ShapeBias):
     METRICS.add(_cls.name, _cls, description=summary_line(_cls.__doc__), task=_cls.task,
                 higher_is_better=_cls.higher_is_better)
 METRICS.add_lazy("text_similarity", "shiftbench.metrics.text:TextSimilarity",

@@ -5,7 +5,8 @@ run has, with mCE and relative mCE only when it has the whole protocol (all 15 c
 1-5, top-1: :func:`imagenet_c_coverage`; otherwise the note says why there is none), each ObjectCompose
 background family grouped by what it is (natural scenes, synthetic colour and texture backgrounds, custom
 prompts) with the controls and the attacks in their own groups, each Pascal-EA attribute family, and for
-composed retrieval the mean gamma@10 over image shifts (severity 5) and text shifts (severity 3). Every
+composed retrieval the mean gamma@10 over image shifts (severity 5) and text shifts (severity 3); a shape-bias
+headline (metrics/shape_bias.py) adds the share of cue decisions and the single-cue controls on clean. Every
 change is shifted minus clean; every number carries its n, and with an :class:`Uncertainty` its 95% CI,
 its p-value and its noise mark, all three from one test named in the cell (``report.stats``).
 
@@ -247,6 +248,8 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     gamma_sets = _gamma_sets(rows)
     columns = _columns(main, groups, bool(corr_top1), gamma_sets)
     models = main.models
+    cue_controls = _cue_controls(rows, metric)
+    columns += [{"group": group, "head": head, "title": title} for _, group, head, title in cue_controls]
     breaks = _has_breaks(main, failures)
     if breaks:
         from .failure import FRACTION
@@ -262,6 +265,7 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
         if corr_top1:
             cells += _mce_cells(model, corr_top1, index)
         cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
+        cells += [_cue_cell(model, key, head, rows, unc) for key, _, head, _ in cue_controls]
         if breaks:
             cells.append(_breaks_cell(model, failures or [], metric))
         out_rows.append({"model": model, "n": clean_cell.n if clean_cell else None, "cells": cells})
@@ -277,7 +281,7 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
     note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
             f"conditions and severities; n = samples per condition (hover a cell for details).{ci}"
-            + _mce_note(coverage) + (_BREAKS_NOTE if breaks else ""))
+            + _mce_note(coverage) + (_BREAKS_NOTE if breaks else "") + (_CUE_NOTE if cue_controls else ""))
     return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
             "pairs": _pairs(models, metric, pct, rows, groups, unc)}
 
@@ -285,6 +289,38 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
 _BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity where "
                 "the metric falls to half of clean (and under which corruption; never: no curve gets there within "
                 "the measured severities; all of them in Failure points).")
+
+
+_CUE_NOTE = (" Shape bias (Geirhos et al., ICLR 2019): shape decisions / (shape + texture decisions) on the "
+             "cue-conflict images, each decision the top class among the set's classes; single-cue controls: the "
+             "same decisions on the texture alone (texture class) and on the silhouette alone (shape class), chance "
+             "= 1 / the set's classes.")
+
+# the shape-bias metric's other rows (metrics/shape_bias.py), shown beside it: (row metric, group, head, title)
+_CUE_COLUMNS = (("cue_decided", "cue conflict", "cue decided (%)", "cue-conflict images decided by either cue (the "
+                 "shape or the texture class): the decisions shape bias is taken over"),
+                ("texture_alone_acc", "single-cue controls", "texture alone (%)", "accuracy on the texture-alone "
+                 "images (the texture class), decisions among the set's classes"),
+                ("silhouette_alone_acc", "single-cue controls", "silhouette alone (%)", "accuracy on the "
+                 "silhouette-alone images (the shape class), decisions among the set's classes"),
+                ("cue_chance", "single-cue controls", "chance (%)", "1 / the number of the set's classes"))
+
+
+def _cue_controls(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, str]]:
+    """The controls' columns of a shape-bias headline: those of ``_CUE_COLUMNS`` the run's clean rows have."""
+    if metric != "shape_bias":
+        return []
+    have = {r["metric"] for r in rows if r["shift"] == CLEAN}
+    return [c for c in _CUE_COLUMNS if c[0] in have]
+
+
+def _cue_cell(model: str, key: str, head: str, rows: Sequence[dict[str, Any]], unc: Any) -> dict[str, Any]:
+    """A model's clean value of one control row of shape_bias, with its 95% bootstrap CI over images."""
+    mine = [r for r in rows if r["model"] == model and r["metric"] == key and r["shift"] == CLEAN]
+    value = _mean(r["value"] for r in mine)
+    stats = (unc.aggregate(model, key, _conditions(mine), against_clean=False)
+             if unc is not None and mine and unc.has(model, key) else None)
+    return _cell(value, percent=True, n=mine[0]["n"] if mine else None, what=f"{head} on clean", stats=stats)
 
 
 def _has_breaks(main: Table, failures: Sequence[dict[str, Any]] | None) -> bool:

@@ -1,0 +1,568 @@
+"""Exports of a results store for other tools: RobustBench's corruption layout, per-sample JSON lines, and one
+results JSON per run (every row with its 95% CI, the failure points, the provenance), each checked against a
+JSON Schema shipped with shiftbench (``shiftbench/data/schemas``; :func:`schema`).
+
+Read from the store alone, like the report (never a model). The files are written into a hidden temporary
+folder inside ``out`` and moved into place only when every one of them is whole; a file of ``out`` is replaced
+only when an earlier export wrote it (``.shiftbench-export.json`` lists those), any other file in the way
+refuses the export before anything is moved. What a store lacks (a store written by an older shiftbench: no
+per-sample values, no run identity, no versions; fewer than ImageNet-C's 15 corruptions) is one note each,
+returned with the files and printed by ``shiftbench export``. docs/exports.md describes every field.
+
+>>> FORMATS
+('robustbench', 'jsonl', 'results')
+>>> schema("jsonl")["title"]
+'shiftbench export: one line of samples.jsonl'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import difflib
+import importlib.resources
+import io
+import json
+import math
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import ShiftbenchError
+from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
+from ..results.artifacts import stored_curation, stored_skipped
+from ..results.store import Store, params_key
+from ..severity import canonical
+from ..severity import label as severity_label
+from .failure import failure_entries
+from .stats import NOISE_RULE, Uncertainty
+from .tables import CLEAN
+
+__all__ = ["FORMATS", "SCHEMA_FILES", "ROBUSTBENCH_CORRUPTIONS", "EXPORT_RECORD", "Export", "export_store", "schema"]
+
+FORMATS = ("robustbench", "jsonl", "results")
+SCHEMA_FILES = {"robustbench": "robustbench-model.schema.json", "jsonl": "samples-line.schema.json",
+                "results": "results.schema.json"}
+EXPORT_RECORD = ".shiftbench-export.json"  # the files exports wrote here: the only ones a later export replaces
+SAMPLES_FILE = "samples.jsonl"
+# RobustBench's own order of ImageNet-C's 15 corruptions (robustbench/data.py, CORRUPTIONS): the column order of
+# its unaggregated_results.csv
+ROBUSTBENCH_CORRUPTIONS = ("shot_noise", "motion_blur", "snow", "pixelate", "gaussian_noise", "defocus_blur",
+                           "brightness", "fog", "zoom_blur", "frost", "glass_blur", "impulse_noise", "contrast",
+                           "jpeg_compression", "elastic_transform")
+ROBUSTBENCH_SEVERITIES = (1, 2, 3, 4, 5)
+ROBUSTBENCH_METRIC = "top1"
+
+
+@dataclass
+class Export:
+    """What an export wrote: ``files`` relative to ``out``, and one ``note`` per thing the store lacked."""
+
+    out: Path
+    format: str
+    runs: list[str]
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def schema(fmt: str) -> dict[str, Any]:
+    """The JSON Schema of a format's files (robustbench: each model's JSON; jsonl: one line; results: the file)."""
+    fmt = _check_format(fmt)
+    text = importlib.resources.files("shiftbench").joinpath("data", "schemas", SCHEMA_FILES[fmt]).read_text("utf-8")
+    return json.loads(text)
+
+
+def export_store(store: str | os.PathLike, out: str | os.PathLike, fmt: str,
+                 run_id: str | Sequence[str] | None = None, all_runs: bool = False) -> Export:
+    """Export runs of ``store`` into the folder ``out`` in format ``fmt`` (robustbench, jsonl or results):
+    ``run_id`` one run or a list of runs (default: the latest), ``all_runs`` every run of the store."""
+    fmt = _check_format(fmt)
+    if all_runs and run_id:
+        raise ShiftbenchError("export: give --run-id or --all, not both")
+    out = Path(out)
+    if not Path(store).exists():  # before --out is made: a mistyped store leaves no folder behind
+        raise ShiftbenchError(f"{store}: store not found")
+    made = make_folder(out, "export")
+    stage = temp_path(out / "export")
+    try:
+        loaded, notes = _load(store, run_id, all_runs)
+        remove_stale_temps(out, recursive=False)  # a killed export's temporary folder (shiftbench's own name pattern)
+        stage.mkdir()
+        notes += WRITERS[fmt](stage, loaded)
+        files = _publish(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # only when empty: the folder this call made, nothing in it
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+    return Export(out, fmt, [run["run_id"] for run, *_ in loaded], files, notes)
+
+
+def _check_format(fmt: str) -> str:
+    if fmt in FORMATS:
+        return fmt
+    close = difflib.get_close_matches(str(fmt), FORMATS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ShiftbenchError(f"export: unknown format {fmt!r}{hint} (formats: {', '.join(FORMATS)})")
+
+
+# -- reading ---------------------------------------------------------------------------------------------
+
+def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs: bool) -> tuple[list[tuple], list[str]]:
+    """The runs to export, each as (run, rows, samples, predictions); runs without results are noted and left
+    out (an error when that leaves none). A damaged store is one StoreError."""
+    db = Store(store, create=False)
+    try:
+        db.check()
+        if all_runs:
+            ids = [r["run_id"] for r in db.runs()]
+            if not ids:
+                raise ShiftbenchError(f"{store}: the store holds no runs")
+        elif isinstance(run_id, (list, tuple)):
+            ids = [db.run(r)["run_id"] for r in run_id]
+        else:
+            ids = [db.run(run_id)["run_id"]]
+        loaded, notes = [], []
+        for rid in dict.fromkeys(ids):
+            run = db.run(rid)
+            rows = db.rows(rid)
+            if not rows:
+                notes.append(f"run {rid}: no results yet: left out")
+                continue
+            with db.reading("an artifact of run " + repr(rid)):
+                run = {**run, "skipped": stored_skipped(db, rid), "curation": stored_curation(db, rid)}
+            loaded.append((run, rows, db.samples(rid), db.predictions(rid)))
+    finally:
+        db.close()
+    if not loaded:
+        raise ShiftbenchError(f"{store}: {'; '.join(notes)}; nothing to export")
+    return loaded, notes
+
+
+# -- shared helpers --------------------------------------------------------------------------------------
+
+def _finite(value: Any) -> Any:
+    """A number (or nested list) for JSON: NaN and infinities as null (JSON has neither)."""
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    f = float(value)
+    return f if math.isfinite(f) else None
+
+
+def _slug(text: str) -> str:
+    """A file or folder name from a label: runs of anything but letters, digits, '.', '_', '-' become '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._") or "_"
+
+
+def _unique(names: Iterable[str]) -> dict[str, str]:
+    """A distinct slug per name (``name``, ``name_2``, ... where two names give one slug)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        base = _slug(name)
+        slug, k = base, 1
+        while slug in taken:
+            k += 1
+            slug = f"{base}_{k}"
+        taken.add(slug)
+        out[name] = slug
+    return out
+
+
+def _dumps(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+def _exported_by() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("shiftbench")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _condition(r: dict[str, Any]) -> tuple[str, str, str, str, Any]:
+    return (r["model"], r.get("dataset", ""), r["shift"], params_key(r.get("params")), canonical(r["severity"]))
+
+
+# -- jsonl -----------------------------------------------------------------------------------------------
+
+def _write_jsonl(stage: Path, loaded: list[tuple]) -> list[str]:
+    """``samples.jsonl``: one line per (sample, condition, metric) with per-sample values, the sample's
+    prediction and correct flag beside it where the store has predictions; a condition with predictions
+    and no per-sample values (a store written before they were kept) gives lines with metric and value null."""
+    notes = []
+    with open(stage / SAMPLES_FILE, "w", encoding="utf-8", newline="\n") as fh:
+        for run, rows, samples, predictions in loaded:
+            rid = run["run_id"]
+            preds: dict[tuple, dict[str, Any]] = {}
+            for p in predictions:
+                key = (p["model"], p["shift"], params_key(p["params"]), canonical(p["severity"]))
+                preds.setdefault(key, {})[p["sample_id"]] = p["prediction"]
+            if not samples:
+                notes.append(f"run {rid}: no per-sample values (a store written before shiftbench kept them)"
+                             + (": lines from its predictions only, metric and value null" if preds else ": no lines"))
+            if not preds:
+                notes.append(f"run {rid}: no predictions (run without --log-samples): lines without prediction "
+                             "or correct")
+            covered = set()
+            for s in samples:
+                cond = (s["model"], s["shift"], params_key(s["params"]), canonical(s["severity"]))
+                covered.add(cond)
+                by_id = preds.get(cond, {})
+                values = np.asarray(s["values"], dtype=np.float64)
+                for sid, value in zip(s["ids"], values):
+                    fh.write(_dumps(_line(rid, s, str(sid), s["metric"], s["kind"], _finite(value.tolist()),
+                                          by_id.get(str(sid)))) + "\n")
+            datasets = {(r["model"], r["shift"], params_key(r["params"]), canonical(r["severity"])): r["dataset"]
+                        for r in rows}
+            for cond, by_id in preds.items():
+                if cond in covered:
+                    continue
+                model, shift, pk, severity = cond
+                base = {"model": model, "dataset": datasets.get(cond, ""), "shift": shift, "params": json.loads(pk),
+                        "severity": severity}
+                for sid, prediction in by_id.items():
+                    fh.write(_dumps(_line(rid, base, sid, None, None, None, prediction)) + "\n")
+    return notes
+
+
+def _line(run_id: str, cond: dict[str, Any], sample_id: str, metric: str | None, kind: str | None, value: Any,
+          prediction: Any) -> dict[str, Any]:
+    line = {"run": run_id, "sample_id": sample_id, "model": cond["model"], "dataset": cond["dataset"],
+            "shift": cond["shift"], "params": cond["params"], "severity": canonical(cond["severity"]),
+            "metric": metric, "kind": kind, "value": value}
+    if prediction is not None:
+        line["prediction"] = prediction
+        if isinstance(prediction, dict) and isinstance(prediction.get("correct"), bool):
+            line["correct"] = prediction["correct"]
+    return line
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+def _write_results(stage: Path, loaded: list[tuple]) -> list[str]:
+    """``<run id>.json`` per run: the run, its provenance, every result row with its 95% CI (and its change
+    against clean with that change's test), the failure points and the notes."""
+    notes: list[str] = []
+    names = _unique(run["run_id"] for run, *_ in loaded)
+    for run, rows, samples, _ in loaded:
+        own = _results_notes(run, samples)
+        notes += own
+        doc = results_document(run, rows, samples, own)
+        write_atomic(stage / f"{names[run['run_id']]}.json", _dumps(doc, indent=1) + "\n")
+    return notes
+
+
+def _results_notes(run: dict[str, Any], samples: list[dict[str, Any]]) -> list[str]:
+    rid = run["run_id"]
+    notes = []
+    if not samples:
+        notes.append(f"run {rid}: no per-sample values (a store written before shiftbench kept them): "
+                     "no confidence intervals and no failure points")
+    if not run.get("identity"):
+        notes.append(f"run {rid}: no run identity (a store written before shiftbench recorded it): "
+                     "no weights hashes and no dataset fingerprint")
+    if not run.get("versions"):
+        notes.append(f"run {rid}: no package versions recorded")
+    return notes
+
+
+def results_document(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict[str, Any]],
+                     notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The results export of one run as a dict (results.schema.json); CIs from :class:`.stats.Uncertainty`,
+    seeded with the run's seed as in the report, failure points from :func:`.failure.failure_entries`."""
+    seed = int(run.get("seed") or 0)
+    unc = Uncertainty(samples, seed=seed) if samples else None
+    out_rows = [_result_row(r, unc) for r in rows]
+    return {
+        "format": "shiftbench-results",
+        "format_version": 1,
+        "exported_by": _exported_by(),
+        "run": {k: run.get(k) for k in ("run_id", "name", "status", "seed", "started", "finished")},
+        "provenance": _provenance(run),
+        "ci_method": ("95% percentile bootstrap over sample ids (1000 resamples, seeded by the run's seed), as the "
+                      "report; the change against clean: " + NOISE_RULE),
+        "rows": out_rows,
+        "failure_points": _failure_points(rows, samples, seed),
+        "notes": list(notes),
+    }
+
+
+def _interval(low: Any, high: Any) -> dict[str, Any] | None:
+    if low is None and high is None:
+        return None
+    return {"low": _finite(low), "high": _finite(high)}
+
+
+def _result_row(r: dict[str, Any], unc: Uncertainty | None) -> dict[str, Any]:
+    extra = r.get("extra") or {}
+    row = {"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": r["params"],
+           "severity": canonical(r["severity"]), "metric": r["metric"], "value": _finite(r["value"]), "n": r["n"],
+           "higher_is_better": bool(extra.get("higher_is_better", True)), "ci95": None, "change": None}
+    extra = {k: v for k, v in extra.items() if k not in ("metric", "higher_is_better")}  # said by the row itself
+    if extra:
+        row["extra"] = _finite_tree(extra)
+    if unc is None or r["value"] is None or not unc.has(r["model"], r["metric"]):
+        return row
+    res = unc.aggregate(r["model"], r["metric"], [(r["shift"], r["params"], r["severity"])], against_clean=True)
+    if res is None:
+        return row
+    row["ci95"] = _interval(res["low"], res["high"])
+    if res.get("delta") is not None:
+        row["change"] = {"value": _finite(res["delta"]), "ci95": _interval(res["delta_low"], res["delta_high"]),
+                         "p_value": _finite(res["p_value"]), "within_noise": res["noise"], "test": res["test"]}
+    return row
+
+
+def _finite_tree(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _finite_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_tree(v) for v in value]
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return _finite(value)
+    return value
+
+
+def _provenance(run: dict[str, Any]) -> dict[str, Any]:
+    """What decided the numbers, as the store recorded it (the report's "Provenance and spec")."""
+    identity = run.get("identity") or {}
+    weights = None
+    if identity.get("models") is not None:
+        weights = {}
+        for name, fp in sorted(identity["models"].items()):
+            entry = {"sha256": fp.get("weights"), "from": fp.get("from")}
+            if fp.get("files"):
+                entry["files"] = list(fp["files"])
+            weights[name] = entry
+    return {
+        "spec": run.get("spec"),
+        "spec_hash": run.get("spec_hash"),
+        "seed": run.get("seed"),
+        "versions": run.get("versions") or {},
+        "shiftbench": identity.get("shiftbench") or (run.get("versions") or {}).get("shiftbench"),
+        "git_hash": run.get("git_hash"),
+        "host": run.get("host"),
+        "weights": weights,
+        "dataset": identity.get("dataset"),
+        "ids": identity.get("ids"),
+        "skipped": run.get("skipped") or [],
+        "curation": run.get("curation"),
+    }
+
+
+def _failure_points(rows: list[dict[str, Any]], samples: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The failure points (report/failure.py) of every higher-is-better metric with per-image values in [0, 1]."""
+    if not samples:
+        return []
+    higher = {r["metric"]: bool((r.get("extra") or {}).get("higher_is_better", True)) for r in rows}
+    metrics = sorted({s["metric"] for s in samples if s.get("kind") == "mean" and higher.get(s["metric"], False)})
+    out = []
+    for metric in metrics:
+        for e in failure_entries(samples, metric, seed=seed):
+            point = {k: _finite(v) if not isinstance(v, (list, tuple)) else _finite(list(v))
+                     for k, v in asdict(e["point"]).items()}
+            out.append({"model": e["model"], "metric": metric, "shift": e["shift"], "params": e["params"],
+                        "group": e.get("group"), "severities": [canonical(s) for s in e["severities"]], **point})
+    return out
+
+
+# -- robustbench -----------------------------------------------------------------------------------------
+
+def _write_robustbench(stage: Path, loaded: list[tuple]) -> list[str]:
+    """RobustBench's corruption layout per run: ``model_info/<dataset>/corruptions/<model>.json`` and
+    ``unaggregated_results.csv`` beside them; with several runs each in a folder named by its run id."""
+    notes: list[str] = []
+    names = _unique(run["run_id"] for run, *_ in loaded)
+    wrote = 0
+    for run, rows, _, _ in loaded:
+        root = stage if len(loaded) == 1 else stage / names[run["run_id"]]
+        files, own = robustbench_files(run, rows)
+        notes += own
+        for rel, text in files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, text)
+        wrote += len(files)
+    if not wrote:
+        raise ShiftbenchError("export --format robustbench: " + "; ".join(notes)
+                              + "; nothing to write (RobustBench's corruptions table is top-1 accuracy)")
+    return notes
+
+
+def _percent(value: float) -> str:
+    """RobustBench's written form of an accuracy: a percentage with two decimals, as a string ("76.52")."""
+    return f"{100.0 * value:.2f}"
+
+
+def _architecture(spec: dict[str, Any], label: str) -> str:
+    """The registered name behind a model label of the spec (``name`` or ``name(k=v)``), else the label."""
+    for m in spec.get("models") or []:
+        name = m.get("name") if isinstance(m, dict) else m
+        if isinstance(name, str) and (label == name or label.startswith(name + "(")):
+            return name
+    return label
+
+
+def robustbench_files(run: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
+    """The files of one run in RobustBench's layout, {relative path: text}, and the notes on what was left out.
+
+    Only top-1 counts, at ImageNet-C's 15 corruptions with their own parameters and whole severities 1-5;
+    ``corruptions_acc`` (the mean over all 75) only for a model that has every one of them."""
+    rid = run["run_id"]
+    notes: list[str] = []
+    top1 = [r for r in rows if r["metric"] == ROBUSTBENCH_METRIC]
+    if not top1:
+        return {}, [f"run {rid}: no top1 results: nothing in RobustBench's layout"]
+    left: dict[str, set] = {"fractional": set(), "params": set(), "other": set()}
+    kept: dict[tuple[str, str], dict[Any, float | None]] = {}  # (dataset, model) -> {CLEAN or (corr, sev): value}
+    for r in top1:
+        key = (r["dataset"], r["model"])
+        cells = kept.setdefault(key, {})
+        sev = canonical(r["severity"])
+        if r["shift"] == CLEAN and not r["params"]:
+            cells[CLEAN] = r["value"]
+        elif r["shift"] not in ROBUSTBENCH_CORRUPTIONS:
+            left["other"].add(r["shift"])
+        elif r["params"]:
+            left["params"].add(r["shift"])
+        elif sev not in ROBUSTBENCH_SEVERITIES:
+            left["fractional"].add(sev)
+        elif r["value"] is not None:
+            cells[(r["shift"], sev)] = r["value"]
+    if left["fractional"]:
+        shown = ", ".join(severity_label(s) for s in sorted(left["fractional"]))
+        notes.append(f"run {rid}: top1 at severities {shown} left out: RobustBench's table takes whole severities 1-5")
+    if left["params"]:
+        notes.append(f"run {rid}: {', '.join(sorted(left['params']))} with parameters of their own left out: "
+                     "RobustBench's table is ImageNet-C's corruptions as published")
+    if left["other"]:
+        notes.append(f"run {rid}: shifts outside ImageNet-C's 15 corruptions left out: {', '.join(sorted(left['other']))}")
+    files: dict[str, str] = {}
+    datasets = sorted({d for d, _ in kept})
+    folders = _unique(datasets)
+    for dataset in datasets:
+        models = [m for d, m in kept if d == dataset]
+        stems = _unique(models)
+        folder = f"model_info/{folders[dataset]}/corruptions"
+        columns = [(c, s) for c in ROBUSTBENCH_CORRUPTIONS for s in ROBUSTBENCH_SEVERITIES
+                   if any((c, s) in kept[(dataset, m)] for m in models)]
+        table = []
+        for model in models:
+            cells = kept[(dataset, model)]
+            info: dict[str, Any] = {"link": "", "name": model, "authors": "", "additional_data": None,
+                                    "number_forward_passes": 1, "dataset": folders[dataset], "venue": "",
+                                    "architecture": _architecture(run.get("spec") or {}, model), "eps": None}
+            where = f"run {rid}: {model}" + (f" on {dataset}" if len(datasets) > 1 else "")
+            if cells.get(CLEAN) is not None:
+                info["clean_acc"] = _percent(cells[CLEAN])
+            else:
+                notes.append(f"{where}: clean_acc omitted: no clean top1")
+            info["reported"] = ""
+            grid = [(c, s) for c in ROBUSTBENCH_CORRUPTIONS for s in ROBUSTBENCH_SEVERITIES]
+            if all(cell in cells for cell in grid):
+                info["corruptions_acc"] = _percent(float(np.mean([cells[cell] for cell in grid])))
+            else:
+                notes.append(f"{where}: corruptions_acc omitted: {_coverage(cells)}")
+            files[f"{folder}/{stems[model]}.json"] = _dumps(info, indent=2) + "\n"
+            if any(cell in cells for cell in columns):
+                table.append((stems[model], [cells.get(cell) for cell in columns]))
+        if table:
+            files[f"{folder}/unaggregated_results.csv"] = _csv(columns, table)
+    return files, notes
+
+
+def _coverage(cells: dict[Any, Any]) -> str:
+    """What a model lacks of ImageNet-C's 15 x 5, in one phrase ("0 of 15 corruptions have all of severities
+    1-5 (missing severities: 1, 2, 4)")."""
+    measured = [k for k in cells if k != CLEAN]
+    if not measured:
+        return "no ImageNet-C corruption"
+    complete = [c for c in ROBUSTBENCH_CORRUPTIONS if all((c, s) in cells for s in ROBUSTBENCH_SEVERITIES)]
+    absent = [c for c in ROBUSTBENCH_CORRUPTIONS if not any((c, s) in cells for s in ROBUSTBENCH_SEVERITIES)]
+    seen = {s for _, s in measured}
+    missing = [f"missing corruptions: {', '.join(absent)}"] if absent else []
+    if len(seen) < len(ROBUSTBENCH_SEVERITIES):
+        missing.append(f"missing severities: {', '.join(str(s) for s in ROBUSTBENCH_SEVERITIES if s not in seen)}")
+    return (f"{len(complete)} of {len(ROBUSTBENCH_CORRUPTIONS)} corruptions have all of severities 1-5"
+            + (f" ({'; '.join(missing)})" if missing else ""))
+
+
+def _csv(columns: list[tuple[str, int]], table: list[tuple[str, list[float | None]]]) -> str:
+    """pandas' ``to_csv`` of a frame with (corruption, severity) columns and model rows, as RobustBench writes
+    unaggregated_results.csv: two header rows, accuracies as fractions (repr: they read back exactly)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([""] + [c for c, _ in columns])
+    writer.writerow([""] + [str(s) for _, s in columns])
+    for name, values in table:
+        writer.writerow([name] + ["" if v is None else repr(float(v)) for v in values])
+    return buffer.getvalue()
+
+
+WRITERS = {"robustbench": _write_robustbench, "jsonl": _write_jsonl, "results": _write_results}
+
+
+# -- publishing ------------------------------------------------------------------------------------------
+
+def _earlier_export(out: Path) -> set[str]:
+    record = out / EXPORT_RECORD
+    if not (record.exists() or record.is_symlink()):
+        return set()
+    try:
+        files = json.loads(record.read_text(encoding="utf-8"))["files"]
+        if isinstance(files, list) and all(isinstance(f, str) for f in files):
+            return set(files)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    raise ShiftbenchError(f"export: {record} is not the record of a shiftbench export; use another --out")
+
+
+def _in_the_way(out: Path, name: str) -> bool:
+    """Whether something stands at ``out/name``, or a file or link where one of its folders must go."""
+    path = out / name
+    if path.exists() or path.is_symlink():
+        return True
+    for parent in list(Path(name).parents)[:-1]:
+        folder = out / parent
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            return True
+    return False
+
+
+def _staged(stage: Path) -> Iterator[str]:
+    for path in sorted(stage.rglob("*")):
+        if path.is_file():
+            yield path.relative_to(stage).as_posix()
+
+
+def _publish(stage: Path, out: Path) -> list[str]:
+    """Move the finished export from ``stage`` into ``out``; refuses, before moving anything, a file in the way
+    that no earlier export wrote. Returns the files, relative to ``out``."""
+    files = list(_staged(stage))
+    earlier = _earlier_export(out)
+    existing = [f for f in files if _in_the_way(out, f)]
+    foreign = [f for f in existing if not ((out / f).is_file() and not (out / f).is_symlink() and f in earlier)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ShiftbenchError(f"export: {out} already holds {shown}, which no earlier shiftbench export wrote; "
+                              "files are never replaced: use a new or empty --out")
+    for name in files:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(stage / name, out / name)
+    kept = {f for f in earlier if (out / f).is_file()}
+    write_atomic(out / EXPORT_RECORD, json.dumps({"files": sorted(kept | set(files))}, indent=1) + "\n")
+    return files
