@@ -1,4 +1,4 @@
-"""The ``shiftbench`` command: list, env, generate, evaluate, report, demo.
+"""The ``shiftbench`` command: list, env, evaluate, generate, curate, report, export, leaderboard, demo, train-retriever.
 
 User mistakes (unknown names, malformed specs, missing or unreadable files) end with one line on
 stderr and exit status 2, never a traceback.

@@ -30,7 +30,8 @@ from ..severity import canonical
 from ..severity import label as severity_label
 from ..shifts.corruptions import GROUP_ORDER as CORRUPTION_GROUP_ORDER
 from .headline import headline, headline_table, order_tables
-from .tables import CLEAN, Table, build_tables, condition_label, severity_row, to_csv_rows, to_latex, to_markdown
+from .tables import (CLEAN, Table, build_tables, condition_label, in_main_grid, severity_row, to_csv_rows, to_latex,
+                     to_markdown)
 
 from .analysis import analysis_blocks, analysis_figures
 from .stats import NOISE_RULE, Uncertainty
@@ -172,7 +173,7 @@ def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[
     per metric (with its CIs when the store has per-sample values; ``headline_only``: only the headline's
     metric, all the headline reads, each interval being seeded on its own) and the Uncertainty behind them."""
     preferred = list(run["spec"].get("metrics") or [])
-    main_rows = [r for r in rows if _in_main_grid(r["metric"])]
+    main_rows = [r for r in rows if in_main_grid(r["metric"])]
     tables = order_tables(build_tables(main_rows, preferred), preferred)
     for t in tables:
         t.baseline = generated_baseline(run) or CLEAN
@@ -268,11 +269,6 @@ def _publish(stage: Path, out: Path) -> None:
         os.replace(stage / name, out / name)
     kept = {f for f in earlier if f != "*" and (out / f).is_file()}
     write_atomic(out / REPORT_RECORD, json.dumps({"files": sorted(kept | set(files))}, indent=1) + "\n")
-
-
-def _in_main_grid(metric: str) -> bool:
-    """Per-category recalls and gamma rows have their own summary tables; keep them out of the main grid."""
-    return "[" not in metric and not metric.startswith(("gamma@", "gamma_subset@"))
 
 
 def _yaml(spec: dict[str, Any]) -> str:

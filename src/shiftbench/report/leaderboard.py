@@ -54,7 +54,7 @@ from .headline import (ATTACKS, CONTROLS, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, 
                        order_tables)
 from .objectcompose import CUSTOM_FAMILIES
 from .stats import NOISE_RULE, Uncertainty
-from .tables import CLEAN, build_tables, condition_label
+from .tables import CLEAN, build_tables, condition_label, in_main_grid
 
 __all__ = ["leaderboard", "leaderboard_blocks", "to_markdown", "to_html", "write_leaderboard", "column_key",
            "COLUMN_KEYS"]
@@ -96,14 +96,8 @@ class _Group:
 
 
 # -- reading ----------------------------------------------------------------------------------------------
-def _main_grid(metric: str) -> bool:
-    """The metrics of the report's main grid (report/build.py): per-category recalls and γ rows have tables of
-    their own, and the headline reads the γ rows from all rows."""
-    return "[" not in metric and not metric.startswith(("gamma@", "gamma_subset@"))
-
-
 def _tables(rows: list[dict[str, Any]], preferred: list[str], baseline: str) -> list:
-    tables = order_tables(build_tables([r for r in rows if _main_grid(r["metric"])], preferred), preferred)
+    tables = order_tables(build_tables([r for r in rows if in_main_grid(r["metric"])], preferred), preferred)
     for t in tables:
         t.baseline = baseline
     return tables

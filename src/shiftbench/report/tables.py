@@ -16,6 +16,12 @@ from ..severity import label as severity_label
 CLEAN = "clean"
 
 
+def in_main_grid(metric: str) -> bool:
+    """Whether a metric's rows belong to the report's main grid: per-category recalls and gamma rows have their
+    own summary tables (the report, the leaderboard)."""
+    return "[" not in metric and not metric.startswith(("gamma@", "gamma_subset@"))
+
+
 def _written(severity: Any) -> Any:
     """A severity as written (``3``, ``2.5``); anything that is not one, as given."""
     try:
