@@ -16,6 +16,7 @@ exact pattern and whose process has ended (:func:`remove_stale_temps`): a user's
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -168,3 +169,31 @@ def make_folder(folder: str | os.PathLike, command: str) -> bool:
         reason = exc.strerror or type(exc).__name__
         raise ShiftbenchError(f"{command}: --out {folder}: cannot create the folder ({reason})") from None
     return True
+
+
+def in_the_way(out: str | os.PathLike, name: str) -> bool:
+    """Whether something stands at ``out/name``, or where one of its folders must go something other than a
+    folder of its own (a file, a link that would lead the write out of ``out``)."""
+    path = Path(out) / name
+    if path.exists() or path.is_symlink():
+        return True
+    for parent in list(Path(name).parents)[:-1]:  # the last one is "."
+        folder = Path(out) / parent
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            return True
+    return False
+
+
+def read_files_record(record: str | os.PathLike, kind: str) -> set[str] | None:
+    """The files a writer's record (``{"files": [...]}``, written beside its outputs) lists; None when there is
+    no record; a record that is not one is a ShiftbenchError naming it (``kind``: "report", "export")."""
+    record = Path(record)
+    if not (record.exists() or record.is_symlink()):
+        return None
+    try:
+        files = json.loads(record.read_text(encoding="utf-8"))["files"]
+        if isinstance(files, list) and all(isinstance(f, str) for f in files):
+            return set(files)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    raise ShiftbenchError(f"{kind}: {record} is not the record of a shiftbench {kind}; use another --out")

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..console import plural
 from ..errors import ShiftbenchError
-from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
+from ..files import in_the_way, make_folder, read_files_record, remove_stale_temps, temp_path, write_atomic
 from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
                                  stored_thumbs, thumb_condition)
 from ..results.store import Store, params_key
@@ -222,33 +222,14 @@ def run_headline(store: str | os.PathLike, run_id: str | None = None) -> dict[st
 def _earlier_report(out: Path) -> set[str]:
     """The files an earlier report wrote into ``out``: those its record lists, or, for a report made before
     the record existed, the report's own file names when its report.html is a shiftbench report."""
-    record = out / REPORT_RECORD
-    if record.exists() or record.is_symlink():
-        try:
-            files = json.loads(record.read_text(encoding="utf-8"))["files"]
-            if isinstance(files, list) and all(isinstance(f, str) for f in files):
-                return set(files)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        raise ShiftbenchError(f"report: {record} is not the record of a shiftbench report; use another --out")
+    recorded = read_files_record(out / REPORT_RECORD, "report")
+    if recorded is not None:
+        return recorded
     try:
         legacy = "<h1>shiftbench report</h1>" in (out / "report.html").read_text(encoding="utf-8", errors="replace")
     except OSError:
         legacy = False
     return {"*"} if legacy else set()
-
-
-def _in_the_way(out: Path, name: str) -> bool:
-    """Whether something stands at ``out/name``, or where one of its folders must go something other than a
-    folder of its own (a file, a link that would lead the write out of ``out``)."""
-    path = out / name
-    if path.exists() or path.is_symlink():
-        return True
-    for parent in list(Path(name).parents)[:-1]:  # the last one is "."
-        folder = out / parent
-        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            return True
-    return False
 
 
 def _publish(stage: Path, out: Path) -> None:
@@ -257,7 +238,7 @@ def _publish(stage: Path, out: Path) -> None:
     files = sorted((p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file()),
                    key=lambda f: (f == "report.html", f))
     earlier = _earlier_report(out)
-    existing = [f for f in files if _in_the_way(out, f)]
+    existing = [f for f in files if in_the_way(out, f)]
     foreign = [f for f in existing if not ((out / f).is_file() and ("*" in earlier or f in earlier))]
     if foreign:
         raise ShiftbenchError(f"report: {out} already holds {', '.join(foreign)}, which no earlier shiftbench "

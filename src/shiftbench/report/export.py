@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
-from ..files import make_folder, remove_stale_temps, temp_path, write_atomic
+from ..files import in_the_way, make_folder, read_files_record, remove_stale_temps, temp_path, write_atomic
 from ..results.artifacts import stored_curation, stored_skipped
 from ..results.store import Store, params_key
 from ..severity import canonical
@@ -519,28 +519,7 @@ WRITERS = {"robustbench": _write_robustbench, "jsonl": _write_jsonl, "results": 
 # -- publishing ------------------------------------------------------------------------------------------
 
 def _earlier_export(out: Path) -> set[str]:
-    record = out / EXPORT_RECORD
-    if not (record.exists() or record.is_symlink()):
-        return set()
-    try:
-        files = json.loads(record.read_text(encoding="utf-8"))["files"]
-        if isinstance(files, list) and all(isinstance(f, str) for f in files):
-            return set(files)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    raise ShiftbenchError(f"export: {record} is not the record of a shiftbench export; use another --out")
-
-
-def _in_the_way(out: Path, name: str) -> bool:
-    """Whether something stands at ``out/name``, or a file or link where one of its folders must go."""
-    path = out / name
-    if path.exists() or path.is_symlink():
-        return True
-    for parent in list(Path(name).parents)[:-1]:
-        folder = out / parent
-        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-            return True
-    return False
+    return read_files_record(out / EXPORT_RECORD, "export") or set()
 
 
 def _staged(stage: Path) -> Iterator[str]:
@@ -554,7 +533,7 @@ def _publish(stage: Path, out: Path) -> list[str]:
     that no earlier export wrote. Returns the files, relative to ``out``."""
     files = list(_staged(stage))
     earlier = _earlier_export(out)
-    existing = [f for f in files if _in_the_way(out, f)]
+    existing = [f for f in files if in_the_way(out, f)]
     foreign = [f for f in existing if not ((out / f).is_file() and not (out / f).is_symlink() and f in earlier)]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
