@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shiftbench as sb
 from shiftbench.errors import SeverityError
@@ -181,3 +183,31 @@ def test_cbar_severity_moves_the_level_linearly_and_the_level_scale_takes_levels
             on_levels.check_severity(10.5)
     with pytest.raises(Exception, match="scale must be"):
         sb.create_shift("sparkles", scale="levels")
+
+
+# -- the parser over generated inputs -------------------------------------------------------------------
+_severity = st.one_of(st.integers(1, 5), st.floats(1, 5, allow_nan=False).map(lambda f: round(f, 6)))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=st.lists(_severity, min_size=1, max_size=8, unique_by=lambda v: canonical(v)))
+def test_written_severities_parse_back_to_themselves(values):
+    """label() writes what parse() reads: a list written out comma-separated is the same severities, whole ones
+    as ints; canonical is idempotent."""
+    want = tuple(canonical(v) for v in values)
+    assert parse(",".join(label(v) for v in values)) == want
+    assert parse(list(values)) == want
+    assert all(canonical(v) == v and type(canonical(v)) is type(v) for v in want)
+    assert all(isinstance(v, int) for v in want if float(v).is_integer())
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(lo=st.integers(1, 4), span=st.integers(1, 4), per_unit=st.sampled_from([1, 2, 4, 5, 8, 10, 20]))
+def test_grids_hold_both_ends_and_even_steps(lo, span, per_unit):
+    hi = min(5, lo + span)
+    step = 1 / per_unit
+    grid = parse(f"{lo}-{hi}:{label(round(step, 12))}")
+    assert grid[0] == lo and grid[-1] == hi and isinstance(grid[0], int) and isinstance(grid[-1], int)
+    assert len(grid) == (hi - lo) * per_unit + 1 and len(set(grid)) == len(grid)
+    assert all(math.isclose(b - a, step, abs_tol=1e-9) for a, b in zip(grid, grid[1:]))
+    assert [v for v in grid if isinstance(v, int)] == list(range(lo, hi + 1))
