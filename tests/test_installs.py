@@ -43,6 +43,10 @@ def test_every_extra_named_in_messages_and_docs_exists():
     assert {"gen", "torch", "timm", "open-clip"} <= set().union(*named.values())
 
 
+def extras_of(name: str) -> str:
+    return " ".join(PYPROJECT["project"]["optional-dependencies"][name])
+
+
 def test_torch_is_a_range_and_the_pin_lives_in_the_constraints():
     deps = [d for extra in PYPROJECT["project"]["optional-dependencies"].values() for d in extra]
     torch_reqs = [d for d in deps if re.match(r"torch\b(?!vision)", d)]
@@ -57,7 +61,14 @@ def test_torch_is_a_range_and_the_pin_lives_in_the_constraints():
                     for c in line.split("&&") if "pip" in c and " install" in c]
         torch_installs = [c for c in commands if re.search(r"\btorch\b", c)]
         assert torch_installs, text
-        assert all("-c constraints-cpu.txt" in c and "torch==" not in c for c in torch_installs), torch_installs
+        assert all(re.search(r"-c constraints-(cpu|test)\.txt", c) and "torch==" not in c for c in torch_installs), \
+            torch_installs
+    # the suite's environment pins the torch build that has a torchvision, and that torchvision, so that timm,
+    # open_clip and torchvision run for real; scripts/test installs from those pins
+    test_pins = (ROOT / "constraints-test.txt").read_text()
+    assert re.search(r"^torch==\d+\.\d+\.\d+$", test_pins, re.M) and re.search(r"^torchvision==\d+\.\d+\.\d+$", test_pins, re.M)
+    assert "-c constraints-test.txt" in (ROOT / "scripts" / "test").read_text()
+    assert "torchvision" in extras_of("torchvision")
     # rembg's wheel is no longer needed: its pins clash, and u2netp.onnx is package data now
     assert "rembg" not in (ROOT / "scripts" / "test").read_text()
     extras = PYPROJECT["project"]["optional-dependencies"]

@@ -211,12 +211,12 @@ def test_plan_for_segmenters_and_detectors():
     assert out.labels.tolist() == [18, 1]  # contiguous index 16 is dog = category 18
 
 
-def test_zero_shot_models_adopt_the_dataset_space_on_a_copy():
-    from tiny_hub import tiny_open_clip
-    from shiftbench.models.open_clip_models import OpenClipZeroShot
+def test_zero_shot_models_adopt_the_dataset_space_on_a_copy(tmp_path):
+    pytest.importorskip("open_clip")
+    from tiny_hub import save_tiny_open_clip
 
-    module, tokenize = tiny_open_clip()
-    model = OpenClipZeroShot(module, tokenize, "open_clip:tiny")
+    _, weights = save_tiny_open_clip(tmp_path / "clip")  # a real open_clip CLIP, random init, from a local folder
+    model = sb.create_model(f"open_clip:{weights.parent}")
     before = (model.label_space, model.templates, model._class_features)
     pets = _Data(LabelSpace.custom(["cat", "dog"]))
     plan = plan_labels(model, pets)

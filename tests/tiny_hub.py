@@ -1,6 +1,8 @@
-"""Tiny random hub models built from config and saved to folders (no downloads), shared by the adapter
-tests and the end-to-end tests: CLIP, SigLIP, DETR, SegFormer, BLIP-2 (transformers) and an open_clip-shaped
-module. Each ``save_*`` writes a folder that ``sb.create_model("hf:" + folder)`` loads."""
+"""Tiny random models built from the libraries' real configs and saved to files or folders (no downloads), shared
+by the adapter tests and the end-to-end tests: CLIP, SigLIP, DETR, SegFormer, BLIP-2 (transformers; each
+``save_*`` writes a folder that ``sb.create_model("hf:" + folder)`` loads), a timm test network
+(``timm:FOLDER``), an open_clip CLIP (``open_clip:ARCH//FILE`` or ``open_clip:FOLDER``) and a torchvision
+ResNet-18 (``torchvision:resnet18//FILE``)."""
 
 from __future__ import annotations
 
@@ -133,40 +135,79 @@ def save_tiny_blip2(folder: Path, tok=None, seed: int = 0) -> Path:
     return Path(folder)
 
 
-def tiny_open_clip():
-    """(module, tokenize): a torch module with open_clip's surface (encode_image, encode_text, logit_scale,
-    visual.preprocess_cfg) and a tokenizer function, for ``OpenClipZeroShot(module, tokenize, name)``."""
+TIMM_ARCH = "test_resnet"  # timm's own tiny test network (0.47M parameters, 160 px, tag r160_in1k)
+OPEN_CLIP_ARCH = "shiftbench-tiny-clip"  # registered with open_clip by save_tiny_open_clip
+OPEN_CLIP_CONFIG = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "mlp_ratio": 2.0, "patch_size": 8},
+    # open_clip's own BPE tokenizer (SimpleTokenizer) needs its 49,408-token vocabulary; 16 tokens of context
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+# what the local folder's open_clip_config.json declares (a registered architecture gets open_clip's defaults)
+OPEN_CLIP_PREPROCESS = {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "interpolation": "bilinear",
+                        "resize_mode": "shortest"}
+
+
+def save_tiny_timm(folder: Path, seed: int = 0, arch: str = TIMM_ARCH, label_names: Sequence[str] | None = None,
+                   **model_kwargs) -> Path:
+    """A real timm model built from its registered config with ``pretrained=False`` (random init under ``seed``),
+    saved as timm's hub folders are (``save_for_hf``: ``config.json`` with the pretrained config and any
+    ``label_names``, and ``model.safetensors``); ``timm:FOLDER`` loads it. ``model_kwargs`` go to
+    ``timm.create_model`` (``num_classes=3`` for another head)."""
+    import timm
     import torch
+    from timm.models import save_for_hf
 
-    class TinyVisual(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-            self.head = torch.nn.Linear(8, 6)
-            self.preprocess_cfg = {"size": 20, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
-                                   "interpolation": "bicubic", "resize_mode": "shortest"}
+    torch.manual_seed(seed)
+    model = timm.create_model(arch, pretrained=False, **model_kwargs)
+    config = {"label_names": list(label_names)} if label_names is not None else None
+    save_for_hf(model, str(folder), model_config=config, safe_serialization=True)
+    return Path(folder)
 
-        def forward(self, x):
-            return self.head(self.conv(x).relu().mean(dim=(2, 3)))
 
-    class TinyClip(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(1)
-            self.visual = TinyVisual()
-            self.tokens = torch.nn.Embedding(50, 6)
-            self.logit_scale = torch.nn.Parameter(torch.tensor(np.log(50.0), dtype=torch.float32))
+def save_tiny_open_clip(folder: Path, seed: int = 0) -> tuple[str, Path]:
+    """A real open_clip CLIP (ViT 32 px, one layer per tower) at random init under ``seed``, from a tiny config
+    registered with open_clip (``open_clip.add_model_config``): returns (architecture, weights file) for
+    ``open_clip:ARCH//FILE``. The folder is also an open_clip local folder (``open_clip_config.json`` with the
+    model and preprocess configs, ``open_clip_model.safetensors``): ``open_clip:FOLDER`` loads it, in any process,
+    with no registration."""
+    import json
 
-        def encode_image(self, x):
-            return self.visual(x)
+    import open_clip
+    import torch
+    from safetensors.torch import save_file
 
-        def encode_text(self, ids):
-            return self.tokens(ids).mean(dim=1)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / f"{OPEN_CLIP_ARCH}.json"
+    config.write_text(json.dumps(OPEN_CLIP_CONFIG))
+    open_clip.add_model_config(config)
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": OPEN_CLIP_CONFIG,
+                                                              "preprocess_cfg": OPEN_CLIP_PREPROCESS}))
+    torch.manual_seed(seed)
+    model = open_clip.create_model(OPEN_CLIP_ARCH, pretrained=None)
+    weights = folder / "open_clip_model.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights))
+    return OPEN_CLIP_ARCH, weights
 
-    def tokenize(texts):
-        return torch.tensor([[sum(map(ord, w)) % 50 for w in (t.split() + ["<pad>"] * 8)[:8]] for t in texts])
 
-    return TinyClip(), tokenize
+def save_tiny_torchvision(path: Path, seed: int = 0, arch: str = "resnet18", num_classes: int = 1000) -> Path:
+    """A real torchvision classifier at random init under ``seed``, its state dict saved to ``path``
+    (``.safetensors``, else ``torch.save``); ``torchvision:ARCH//PATH`` loads it."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(seed)
+    state = torchvision.models.get_model(arch, weights=None, num_classes=num_classes).state_dict()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    return path
 
 
 class PixelFeatures:

@@ -9,7 +9,8 @@ there, and would replace the checkout's code if it were. So every "needs X: pip 
 
 - a checkout: ``pip install -c constraints-cpu.txt -e ".[ray]"`` (relative when the working directory is the
   checkout, else with the checkout's paths, so it can be pasted anywhere); ``-e`` only for an editable install
-  or a source tree, ``-c`` only when the checkout has its constraints file;
+  or a source tree, ``-c`` only when the checkout has its constraints file; the hub backends (``timm``,
+  ``open_clip``, ``torchvision``) take ``constraints-test.txt``, the pins with a torchvision build;
 - a package: ``pip install "shiftbench[ray]"``.
 
 Found from the imported package's own path (inside a ``src/`` folder beside a pyproject.toml naming shiftbench:
@@ -30,6 +31,9 @@ from pathlib import Path
 __all__ = ["Installation", "installation", "install_command", "from_direct_url"]
 
 CONSTRAINTS = "constraints-cpu.txt"
+# the hub backends import torchvision, which this machine class has only for the torch build of the test pins
+HUB_EXTRAS = ("timm", "open_clip", "torchvision")
+HUB_CONSTRAINTS = "constraints-test.txt"
 _NAME = re.compile(r'^\s*name\s*=\s*["\']shiftbench["\']\s*$', re.MULTILINE)
 
 
@@ -47,9 +51,10 @@ class Installation:
             return f'pip install "shiftbench[{extra}]"'
         here = (cwd or Path.cwd()).resolve()
         root = self.checkout.resolve()
-        constraints = root / CONSTRAINTS
+        name = HUB_CONSTRAINTS if extra in HUB_EXTRAS and (root / HUB_CONSTRAINTS).is_file() else CONSTRAINTS
+        constraints = root / name
         if here == root:
-            target, cons = f'".[{extra}]"', CONSTRAINTS
+            target, cons = f'".[{extra}]"', name
         else:
             target, cons = _quote(f"{root}[{extra}]"), shlex.quote(str(constraints))
         parts = ["pip install"]

@@ -479,7 +479,8 @@ def test_fashioniq_path_escape_and_corrupt(tmp_path):
 # -- registry ----------------------------------------------------------------------------------------
 def test_every_reader_is_registered_with_detect_and_description():
     readers = [e for e in DATASETS.entries() if e.meta.get("reader")]
-    assert {e.name for e in readers} == {"imagefolder", "coco", "voc", "cirr", "fashioniq", "webdataset", "parquet"}
+    assert {e.name for e in readers} == {"imagefolder", "coco", "voc", "cirr", "fashioniq", "webdataset", "parquet",
+                                         "cue-conflict-folder"}
     for entry in readers:
         assert entry.description and entry.meta.get("annotations")
         assert callable(entry.resolve().detect)

@@ -40,7 +40,8 @@ from sybil.parsers.markdown import CodeBlockParser
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))]
-LINKED = ("benchmarks", "configs", "constraints-cpu.txt", "pyproject.toml", "scripts", "src", "tests", "tools")
+LINKED = ("benchmarks", "configs", "constraints-cpu.txt", "constraints-test.txt", "pyproject.toml", "scripts", "src",
+          "tests", "tools")
 RUN = ("python", "bash", "yaml", "json")
 SHOWN = ("text",)
 DIRECTIVE = re.compile(r"<!-- docs: (?P<body>[^\n]*?) -->[ \t]*\n$")

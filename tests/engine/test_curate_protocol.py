@@ -99,6 +99,10 @@ def test_curated_indices_against_a_hand_count():
         def targets(samples):
             return samples
 
+        @staticmethod
+        def outputs(logits):
+            return logits
+
     class Data:
         def __len__(self):
             return 10

@@ -15,8 +15,10 @@ SRC = TESTS.parent / "src"
 CODE = "import sys, tiny_registry\nfrom shiftbench.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def shiftbench(cwd: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(SRC)]), COLUMNS="200", **env_extra)
+def shiftbench(cwd: Path, *args: str, first: Path | None = None, **env_extra: str) -> subprocess.CompletedProcess:
+    """The CLI in a fresh process; ``first``: a folder put before everything on its import path."""
+    paths = ([str(first)] if first else []) + [str(TESTS), str(SRC)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), COLUMNS="200", **env_extra)
     return subprocess.run([sys.executable, "-c", CODE, *args], capture_output=True, text=True, env=env,
                           timeout=300, cwd=cwd)
 
@@ -35,6 +37,14 @@ def write_folder(root: Path, bad: bool) -> None:
         (root / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")
 
 
+def block_package(folder: Path, name: str) -> Path:
+    """A folder that, first on the import path, makes ``import name`` fail as a missing package does (the suite's
+    environment has timm installed; a user's may not)."""
+    (folder / name).mkdir(parents=True)
+    (folder / name / "__init__.py").write_text(f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
+    return folder
+
+
 CASES = {
     "package_missing": ("dataset: _test_tiny\nmodels: [timm:resnet50]\nshifts: [clean]\nmetrics: [top1]\n", {}, "pip install"),
     "u2netp_missing": ("dataset: _test_tiny\nmodels: [{name: dummy_classifier, params: {label_space: 2}}]\n"
@@ -46,14 +56,15 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_dry_run_fails_with_the_real_runs_line(tmp_path, case):
+def test_dry_run_fails_with_the_real_runs_line(tmp_path, tmp_path_factory, case):
     text, env, needle = CASES[case]
     root = tmp_path / "folder"
     write_folder(root, bad=True)
     spec = tmp_path / "s.yaml"
     spec.write_text(text.replace("{root}", str(root)))
-    dry = shiftbench(tmp_path, "evaluate", "--config", str(spec), "--dry-run", **env)
-    real = shiftbench(tmp_path, "evaluate", "--config", str(spec), "--store", str(tmp_path / "r.db"), **env)
+    first = block_package(tmp_path_factory.mktemp("blocked"), "timm") if case == "package_missing" else None
+    dry = shiftbench(tmp_path, "evaluate", "--config", str(spec), "--dry-run", first=first, **env)
+    real = shiftbench(tmp_path, "evaluate", "--config", str(spec), "--store", str(tmp_path / "r.db"), first=first, **env)
     assert dry.returncode == 2 and real.returncode == 2, (dry.stderr, real.stderr)
     line = dry.stderr.strip()
     assert len(line.splitlines()) == 1 and line.startswith("error: ") and needle in line

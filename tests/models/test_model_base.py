@@ -46,9 +46,9 @@ def test_imagenet_tables():
     assert space.num_classes == 1000 and space.index("n02123045") == space.index("tabby cat") == 281
 
 
-def test_preprocess_centre_crop_geometry_and_normalisation():
+def test_preprocess_tf_recipe_geometry_and_normalisation():
     p = Preprocess(size=(224, 224), mean=(127, 127, 127), std=(128, 128, 128), crop_fraction=224 / 256,
-                   value_range=255.0)
+                   value_range=255.0, recipe="tf")
     # a 300x400 image: the model sees the central 262x262 square (224/256 of the shorter side)
     top, left, h, w = p.crop_box(300, 400)
     assert (h, w) == (262, 262) and (top, left) == (19, 69)

@@ -48,7 +48,7 @@ def test_clip_zero_shot_matches_transformers(folders, images):
     assert isinstance(model, HFZeroShotClassifier) and model.task == "classification" and model.kind == "zero_shot_classifier"
     assert model.label_space.class_names == tuple(CLASSES)
     p = model.preprocess
-    assert p.size == (32, 32) and p.crop_fraction == pytest.approx(32 / 40) and p.interpolation == "bicubic"
+    assert p.size == (32, 32) and p.scale_size == 40 and p.interpolation == "bicubic"
     assert p.mean == pytest.approx((0.48145466, 0.4578275, 0.40821073))
     logits = model.predict_logits(images)
     assert logits.shape == (2, 3) and logits.dtype == np.float32

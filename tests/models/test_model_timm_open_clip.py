@@ -1,5 +1,7 @@
-"""timm and open_clip adapters: the adapter logic on tiny torch modules shaped like theirs, the factories
-on real tiny models when timm / open_clip import (they need torchvision), the error when they do not."""
+"""timm and open_clip adapters against the real libraries: models built from their real configs at random init
+under a fixed seed, written to a local folder or file (tests/tiny_hub.py), loaded through the adapter's local path
+(the code a user with downloaded weights runs) and compared with the library's own module and loader on the same
+input tensor; label spaces, the files a run's identity hashes, one-line errors, the error without the library."""
 
 from __future__ import annotations
 
@@ -12,25 +14,13 @@ import pytest
 import shiftbench as sb
 from shiftbench.errors import ShiftbenchError
 import tiny_hub
-from shiftbench.models.open_clip_models import OpenClipZeroShot, parse_source, preprocess_from_open_clip
-from shiftbench.models.timm_models import TimmClassifier, label_space_from_config, preprocess_from_data_config
+from shiftbench.models.open_clip_models import parse_source, preprocess_from_open_clip
+from shiftbench.models.timm_models import label_space_from_config, preprocess_from_data_config
 
 torch = pytest.importorskip("torch")
-
-
-class TinyNet(torch.nn.Module):
-    """Conv + global pool + linear head, with timm's ``num_classes`` / ``pretrained_cfg`` attributes."""
-
-    def __init__(self, num_classes: int, pretrained_cfg: dict | None = None):
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.head = torch.nn.Linear(8, num_classes)
-        self.num_classes = num_classes
-        self.pretrained_cfg = pretrained_cfg or {}
-
-    def forward(self, x):
-        return self.head(self.conv(x).relu().mean(dim=(2, 3)))
+timm = pytest.importorskip("timm")
+open_clip = pytest.importorskip("open_clip")
+F = torch.nn.functional
 
 
 DATA_CONFIG = {"input_size": (3, 24, 24), "interpolation": "bilinear", "mean": (0.485, 0.456, 0.406),
@@ -49,43 +39,120 @@ def test_timm_data_config_becomes_declared_preprocessing():
     assert label_space_from_config(5, {}, "x").num_classes == 5
 
 
-def test_timm_classifier_adapter_on_a_tiny_module():
-    net = TinyNet(5)
-    model = TimmClassifier(net, DATA_CONFIG, "timm:tiny")
-    rng = np.random.default_rng(0)
-    images = [rng.integers(0, 256, (40, 30, 3), dtype=np.uint8), rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)]
+def _images(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (90, 70, 3), dtype=np.uint8), rng.integers(0, 256, (40, 64, 3), dtype=np.uint8)]
+
+
+def test_timm_local_folder_gives_timms_own_logits(tmp_path, one_thread):
+    folder = tiny_hub.save_tiny_timm(tmp_path / "timm", seed=0)
+    model = sb.create_model(f"timm:{folder}")
+    own = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()  # timm's own loader, same folder
+    torch.manual_seed(0)
+    same_seed = timm.create_model(tiny_hub.TIMM_ARCH, pretrained=False).eval()  # built directly with the seed
+    images = _images()
     logits = model.predict_logits(images)
-    assert logits.shape == (2, 5) and model.label_space.num_classes == 5
-    # reference: crop the centre 75% of the shorter side by hand, resize, normalise, run the module
+    x = model.preprocess_tensor(images)
+    with torch.no_grad():
+        np.testing.assert_allclose(logits, own(x).numpy(), atol=1e-5)
+        np.testing.assert_allclose(logits, same_seed(x).numpy(), atol=1e-5)
+    assert logits.shape == (2, 1000) and model.name == f"timm:{folder}"
+    assert np.ptp(logits, axis=1).min() > 0 and not np.allclose(logits[0], logits[1])  # a comparison that can fail
+    assert model.label_space.name == "imagenet1k"  # the saved pretrained config's tag: r160_in1k
+    assert model.weight_files() == [str(folder / "model.safetensors")]
+    # the declared preprocessing is the saved data config's (timm's resolve_model_data_config)
+    cfg = timm.data.resolve_model_data_config(own)
     p = model.preprocess
-    top, left, h, w = p.crop_box(40, 30)
-    assert (h, w) == (22, 22)
-    x = torch.from_numpy(p(images[:1]))
-    with torch.no_grad():
-        assert np.allclose(net(x).numpy(), logits[:1], atol=1e-5)
-    assert np.allclose(model.predict_logits(images[1:]), logits[1:], atol=1e-5)
+    assert p.size == tuple(cfg["input_size"][1:]) and p.crop_fraction == cfg["crop_pct"]
+    assert (p.interpolation, p.mean, p.std) == (cfg["interpolation"], tuple(cfg["mean"]), tuple(cfg["std"]))
+    assert sb.create_model(f"timm:{folder}", pretrained=False).weight_files() == []  # random init: no file
+
+
+def test_timm_heads_decide_the_label_space_by_names_not_counts(tmp_path, one_thread):
+    named = tiny_hub.save_tiny_timm(tmp_path / "named", num_classes=3, label_names=["cat", "dog", "car"])
+    model = sb.create_model(f"timm:{named}")
+    assert model.label_space.class_names == ("cat", "dog", "car") and model.predict_logits(_images()).shape == (2, 3)
+    unnamed = tiny_hub.save_tiny_timm(tmp_path / "unnamed", num_classes=5)
+    assert sb.create_model(f"timm:{unnamed}").label_space.name == f"timm:{unnamed}"  # numbered: a label_map ties it
     with pytest.raises(ShiftbenchError, match="no classification head"):
-        TimmClassifier(TinyNet(0), DATA_CONFIG, "timm:headless")
+        sb.create_model(f"timm:{tiny_hub.TIMM_ARCH}", pretrained=False, num_classes=0)
 
 
-def test_open_clip_zero_shot_adapter_on_a_tiny_model():
-    clip, _tokenize = tiny_hub.tiny_open_clip()
-    model = OpenClipZeroShot(clip, _tokenize, "open_clip:tiny/none", classes=["cat", "dog", "car"],
-                             templates=["a photo of a {}.", "a {}."])
-    assert model.preprocess.size == (20, 20) and model.preprocess.crop_fraction == 1.0
-    assert model.logit_scale == pytest.approx(50.0)
-    rng = np.random.default_rng(0)
-    images = [rng.integers(0, 256, (30, 44, 3), dtype=np.uint8)]
-    logits = model.predict_logits(images)
+def test_timm_user_mistakes_are_one_line(tmp_path):
+    folder = tiny_hub.save_tiny_timm(tmp_path / "timm")
+    tiny_hub.save_tiny_torchvision(folder / "model.safetensors", arch="squeezenet1_1")  # another network's weights
+    (tmp_path / "empty").mkdir()
+    cases = [("timm:resnt18", {}, r"Unknown model \(resnt18\)"),
+             (f"timm:{tmp_path / 'empty'}", {}, "config.json"),
+             (f"timm:{folder}", {}, "Missing key")]
+    for name, kw, pattern in cases:
+        with pytest.raises(ShiftbenchError) as err:
+            sb.create_model(name, **kw)
+        assert "\n" not in str(err.value) and re.search(pattern, str(err.value)), str(err.value)
+
+
+def _open_clip_reference(module, tokenizer, model, images, classes, templates) -> np.ndarray:
+    """open_clip's zero-shot recipe on the adapter's input tensor: normalised image features against the normalised
+    mean of each class's normalised template features, times the logit scale."""
     with torch.no_grad():
-        img = torch.nn.functional.normalize(clip.encode_image(torch.from_numpy(model.preprocess(images))), dim=-1)
-        classes = []
-        for c in ["cat", "dog", "car"]:
-            t = torch.nn.functional.normalize(clip.encode_text(_tokenize([f"a photo of a {c}.", f"a {c}."])), dim=-1).mean(0)
-            classes.append(t / t.norm())
-        expected = 50.0 * img @ torch.stack(classes).T
-    assert np.allclose(logits, expected.numpy(), atol=1e-4)
-    assert OpenClipZeroShot(clip, _tokenize, "open_clip:tiny/none").label_space.name == "imagenet1k"
+        image = F.normalize(module.encode_image(model.preprocess_tensor(images)), dim=-1)
+        rows = []
+        for c in classes:
+            text = F.normalize(module.encode_text(tokenizer([t.format(c) for t in templates])), dim=-1).mean(dim=0)
+            rows.append(text / text.norm())
+        return (module.logit_scale.exp() * image @ torch.stack(rows).T).numpy()
+
+
+CLASSES, TEMPLATES = ["cat", "dog", "car"], ["a photo of a {}.", "a {}."]
+
+
+def test_open_clip_architecture_and_file_gives_open_clips_own_logits(tmp_path, one_thread):
+    arch, weights = tiny_hub.save_tiny_open_clip(tmp_path / "clip", seed=0)
+    model = sb.create_model(f"open_clip:{arch}/{weights}", classes=CLASSES, templates=TEMPLATES)  # ARCH//abs/path
+    own = open_clip.create_model(arch, pretrained=str(weights)).eval()  # open_clip's own loader, same file
+    torch.manual_seed(0)
+    same_seed = open_clip.create_model(arch).eval()  # built directly with the seed the file was written under
+    for key, value in same_seed.state_dict().items():
+        assert torch.equal(value, own.state_dict()[key]), key
+    images = _images()
+    logits = model.predict_logits(images)
+    expected = _open_clip_reference(own, open_clip.get_tokenizer(arch), model, images, CLASSES, TEMPLATES)
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
+    assert np.ptp(logits, axis=1).min() > 0.01 and not np.allclose(logits[0], logits[1])
+    assert model.logit_scale == pytest.approx(float(own.logit_scale.detach().exp()))
+    assert model.label_space.class_names == tuple(CLASSES)
+    assert model.weight_files() == [str(weights)]
+    assert model.preprocess.size == (32, 32) and model.preprocess.crop_fraction == 1.0  # visual.preprocess_cfg
+    # without classes: ImageNet-1k with CLIP's 80 templates (class features are built on first use only)
+    default = sb.create_model(f"open_clip:{arch}/{weights}")
+    assert default.label_space.name == "imagenet1k" and len(default.templates) == 80
+
+
+def test_open_clip_local_folder_gives_open_clips_own_logits(tmp_path, one_thread):
+    _, weights = tiny_hub.save_tiny_open_clip(tmp_path / "clip", seed=1)
+    folder = weights.parent
+    model = sb.create_model(f"open_clip:{folder}", classes=CLASSES, templates=TEMPLATES)
+    own = open_clip.create_model(f"local-dir:{folder}").eval()
+    tokenizer = open_clip.get_tokenizer(f"local-dir:{folder}")
+    images = _images(1)
+    np.testing.assert_allclose(model.predict_logits(images),
+                               _open_clip_reference(own, tokenizer, model, images, CLASSES, TEMPLATES), atol=1e-5)
+    assert model.weight_files() == [str(weights)]
+    p = model.preprocess  # the folder's open_clip_config.json preprocess_cfg
+    assert (p.mean, p.interpolation) == ((0.5, 0.5, 0.5), tiny_hub.OPEN_CLIP_PREPROCESS["interpolation"])
+
+
+def test_open_clip_user_mistakes_are_one_line(tmp_path):
+    arch, weights = tiny_hub.save_tiny_open_clip(tmp_path / "clip")
+    other = tiny_hub.save_tiny_torchvision(tmp_path / "r18.safetensors", arch="squeezenet1_1")
+    cases = [(f"open_clip:{arch}/{tmp_path}/missing.safetensors", "not a known tag or valid file path"),
+             (f"open_clip:{arch}/{other}", "Missing key"),
+             ("open_clip:ViT-Q-99/x", "not found"),
+             (f"open_clip:{tmp_path}", "open_clip_config.json")]
+    for name, pattern in cases:
+        with pytest.raises(ShiftbenchError) as err:
+            sb.create_model(name)
+        assert "\n" not in str(err.value) and pattern in str(err.value), str(err.value)
 
 
 def test_open_clip_source_parsing_and_preprocess(tmp_path):
@@ -108,8 +175,3 @@ def test_factories_report_a_missing_backend(monkeypatch):
         sb.create_model("timm:resnet18")
     with pytest.raises(ShiftbenchError, match="open_clip_torch .*" + re.escape(install_command("open_clip"))):
         sb.create_model("open_clip:ViT-B-32/openai")
-
-
-# A round trip through a real timm model (save_for_hf + timm:FOLDER) cannot run on this machine class:
-# timm imports torchvision, and PyPI's torchvision for torch 2.13 is a CUDA build that fails to load
-# beside the CPU torch. The adapter is covered above with models that match timm's interfaces.

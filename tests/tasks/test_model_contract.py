@@ -207,35 +207,30 @@ def _tiny_dinov2(tmp_path: Path) -> tuple[str, Any]:
 
 
 def _timm(tmp_path: Path) -> tuple[str, Any]:
-    """The timm adapter on a module with timm's surface (timm itself needs torchvision, absent on this machine
-    class; tests/models/test_model_timm_open_clip.py says why)."""
-    import torch
+    """timm's own tiny test network from its real config (random init), saved as a hub folder."""
+    pytest.importorskip("timm")
+    import tiny_hub
 
-    from shiftbench.models.timm_models import TimmClassifier
-
-    class TinyNet(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            torch.manual_seed(0)
-            self.conv, self.head = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8, 5)
-            self.num_classes, self.pretrained_cfg = 5, {}
-
-        def forward(self, x):
-            return self.head(self.conv(x).relu().mean(dim=(2, 3)))
-
-    config = {"input_size": (3, 24, 24), "interpolation": "bilinear", "mean": (0.485, 0.456, 0.406),
-              "std": (0.229, 0.224, 0.225), "crop_pct": 0.75, "crop_mode": "center"}
-    return "timm:tiny", TimmClassifier(TinyNet(), config, "timm:tiny")
+    folder = tiny_hub.save_tiny_timm(tmp_path / "timm")
+    return f"timm:{folder}", sb.create_model(f"timm:{folder}")
 
 
 def _open_clip(tmp_path: Path) -> tuple[str, Any]:
-    """The open_clip adapter on tests/tiny_hub.py's open_clip-shaped module (open_clip needs torchvision too)."""
-    from tiny_hub import tiny_open_clip
+    """A real open_clip CLIP from a tiny registered config (random init), architecture + weights file."""
+    pytest.importorskip("open_clip")
+    import tiny_hub
 
-    from shiftbench.models.open_clip_models import OpenClipZeroShot
+    arch, weights = tiny_hub.save_tiny_open_clip(tmp_path / "clip")
+    return f"open_clip:{arch}/{weights}", sb.create_model(f"open_clip:{arch}/{weights}", templates=TEMPLATES)
 
-    module, tokenize = tiny_open_clip()
-    return "open_clip:tiny", OpenClipZeroShot(module, tokenize, "open_clip:tiny", templates=TEMPLATES)
+
+def _torchvision(tmp_path: Path) -> tuple[str, Any]:
+    """torchvision's ResNet-18 (random init) from a local state dict."""
+    pytest.importorskip("torchvision")
+    import tiny_hub
+
+    path = tiny_hub.save_tiny_torchvision(tmp_path / "resnet18.safetensors")
+    return f"torchvision:resnet18/{path}", sb.create_model(f"torchvision:resnet18/{path}")
 
 
 def _blip2(folder: Path) -> Path:
@@ -262,8 +257,9 @@ SCHEME_CASES: dict[str, dict[str, Callable[[Path], tuple[str, Any]]]] = {
         "segformer": _hf(_tiny("save_tiny_segformer")),
         "blip2": _hf(_blip2, max_new_tokens=3),
     },
-    "timm": {"adapter": _timm},
-    "open_clip": {"adapter": _open_clip},
+    "timm": {"test_resnet": _timm},
+    "open_clip": {"tiny_clip": _open_clip},
+    "torchvision": {"resnet18": _torchvision},
     "dinov2": {"tiny": _tiny_dinov2},
 }
 

@@ -11,7 +11,7 @@ from .base import Dataset, Subset
 
 # Importing the reader and dataset modules registers them in DATASETS (they import numpy and the
 # standard library only; Pillow is imported when an image is read).
-from . import coco, cue_conflict, imagefolder, objects, objects_cir, photos, retrieval, voc  # noqa: E402,F401
+from . import coco, cue_conflict, cue_conflict_folder, imagefolder, objects, objects_cir, photos, retrieval, voc  # noqa: E402,F401
 from . import parquet, webdataset  # noqa: E402,F401  (pyarrow is imported when a table is read)
 
 __all__ = ["Dataset", "Subset", "load", "reader_kwargs"]

@@ -26,9 +26,18 @@ class Dataset:
     # (None when the masks are instance maps or there are none)
     label_space: LabelSpace | None = None
     mask_space: LabelSpace | None = None
+    # how an ImageNet-1k classifier's outputs decide the labels, when they are coarser categories
+    # (shiftbench.decisions.DecisionMap: the cue-conflict stimuli's 16 entry-level categories); None: its own
+    decision_map: Any = None
 
     def __len__(self) -> int:
         raise NotImplementedError
+
+    def labels_used(self) -> set[int] | None:
+        """The label values the samples carry, when the reader knows them without reading an image (an image
+        folder: its class folders); None when it does not (every class of ``label_space`` then counts). A class
+        subset must hold them all (tasks/labels.py)."""
+        return None
 
     def load(self, index: int) -> Sample:
         """The record at ``index`` (0 <= index < len)."""
@@ -103,6 +112,12 @@ class Subset(Dataset):
         self.class_names = base.class_names
         self.label_space = base.label_space
         self.mask_space = base.mask_space
+        self.decision_map = getattr(base, "decision_map", None)
+
+    def labels_used(self) -> set[int] | None:
+        # the whole dataset's: a limit or an id list does not change which classes a class subset must hold
+        used = getattr(self.base, "labels_used", None)
+        return used() if callable(used) else None
 
     def __len__(self) -> int:
         return len(self.indices)

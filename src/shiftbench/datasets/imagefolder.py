@@ -15,6 +15,7 @@ from ..registry import DATASETS
 from ..sample import Sample, decode_image
 from .common import (IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_inside, check_root,
                      one_line, screen, shown)
+from .cue_conflict_folder import CueConflictFolder
 from .imagenet import NUM_CLASSES, class_names as imagenet_class_names, imagenet_classes, wnid_to_index
 
 WNID = re.compile(r"^n\d{8}$")
@@ -105,9 +106,12 @@ class ImageFolder(ReaderDataset):
 
     @staticmethod
     def detect(path: Path) -> bool:
-        """A folder whose sub-folders hold images, and no other reader's layout (VOC, COCO, CIRR, FashionIQ)."""
+        """A folder whose sub-folders hold images, and no other reader's layout (VOC, COCO, CIRR, FashionIQ, the
+        cue-conflict stimuli)."""
         path = Path(path)
         if not path.is_dir() or (path / "JPEGImages").is_dir() or (path / "captions").is_dir():
+            return False
+        if CueConflictFolder.detect(path):
             return False
         if any(p.is_file() for p in path.glob("*.json")) or (path / "annotations").is_dir():
             return False
@@ -119,6 +123,10 @@ class ImageFolder(ReaderDataset):
         except OSError:  # a folder it may not list: not recognisably an image folder (the reader says why)
             return False
         return False
+
+    def labels_used(self) -> set[int]:
+        """The labels of the class folders that hold an image (ImageNet indices for wnid folders)."""
+        return {self._label[rel.split("/", 1)[0]] for rel in self._files}
 
     def __len__(self) -> int:
         return len(self._files)

@@ -1,8 +1,9 @@
 """Preprocessing of a sample before any shift: resize the shorter side, then take a centre crop, with every
 annotation following the image exactly.
 
-The geometry is torchvision's on a PIL image (``transforms.Resize(size)`` then ``CenterCrop``), so that
-``resize=256, crop=224`` is the ImageNet(-C) procedure to the byte:
+The geometry and the pixels are :mod:`shiftbench.resize`'s, the one resize of the code base, which every
+model's input transform uses too: torchvision's on a PIL image (``transforms.Resize(size)`` then
+``CenterCrop``), so that ``resize=256, crop=224`` is the ImageNet(-C) procedure to the byte:
 
 - resize: the shorter side becomes ``size`` and the longer ``int(size * long / short)`` (truncated); the
   pixels are computed by Pillow, ``Image.resize`` with the named filter (:data:`INTERPOLATIONS`), which
@@ -37,80 +38,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ImageError, ShiftbenchError
+from ..resize import INTERPOLATIONS, check_interpolation, crop_corner, nearest_index as _nearest_index
+from ..resize import resize_nearest, resized_size
+from ..resize import resize as resize_image
 from ..sample import Sample
 
 __all__ = ["INTERPOLATIONS", "Preprocessing", "Geometry", "resized_size", "crop_corner", "resize_image",
            "resize_nearest", "transform_boxes", "PreprocessedMasks", "PER_BOX_META"]
 
-# name -> Pillow filter name (Image.Resampling.<NAME>); "area" is Pillow's BOX filter: each output pixel the
-# mean of the input pixels it covers (OpenCV's INTER_AREA when reducing)
-INTERPOLATIONS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "nearest": "NEAREST", "area": "BOX",
-                  "lanczos": "LANCZOS"}
 # per-annotation entries of a sample's meta (one per box, in box order): filtered with the boxes
 PER_BOX_META = ("ann_ids", "iscrowd", "area", "bbox", "category_names")
-
-
-def resized_size(height: int, width: int, shorter: int) -> tuple[int, int]:
-    """(height, width) with the shorter side ``shorter`` and the longer ``int(shorter * long / short)``:
-    torchvision's rule for ``Resize(int)``.
-
-    >>> resized_size(375, 500, 256), resized_size(500, 375, 256), resized_size(512, 512, 256)
-    ((256, 341), (341, 256), (256, 256))
-    """
-    if width <= height:
-        return int(shorter * height / width), int(shorter)
-    return int(shorter), int(shorter * width / height)
-
-
-def crop_corner(height: int, width: int, crop_h: int, crop_w: int) -> tuple[int, int]:
-    """(top, left) of the centre crop, as torchvision's ``center_crop``: ``int(round((h - crop_h) / 2.0))``.
-
-    >>> crop_corner(256, 341, 224, 224), crop_corner(225, 225, 224, 224), crop_corner(227, 227, 224, 224)
-    ((16, 58), (0, 0), (2, 2))
-    """
-    return int(round((height - crop_h) / 2.0)), int(round((width - crop_w) / 2.0))
-
-
-def _pil_filter(interpolation: str) -> Any:
-    from PIL import Image
-
-    if interpolation not in INTERPOLATIONS:
-        raise ShiftbenchError(f"interpolation {interpolation!r}: expected one of {', '.join(INTERPOLATIONS)}")
-    return getattr(Image.Resampling, INTERPOLATIONS[interpolation])
-
-
-def resize_image(image: np.ndarray, size: tuple[int, int], interpolation: str = "bilinear") -> np.ndarray:
-    """An HxWx3 uint8 image resized to ``size`` (height, width) by Pillow's ``Image.resize`` with the named
-    filter (unchanged at its own size, as Pillow and torchvision leave it)."""
-    from PIL import Image
-
-    h, w = int(size[0]), int(size[1])
-    if image.shape[:2] == (h, w):
-        return image
-    return np.asarray(Image.fromarray(image).resize((w, h), _pil_filter(interpolation)))
-
-
-def _nearest_index(height: int, width: int, size: tuple[int, int]) -> np.ndarray:
-    """For each output pixel, the flat index of the input pixel Pillow's nearest filter reads: an int32 image of
-    indices resized with ``Image.NEAREST`` (the same code path as the image's, so the same mapping)."""
-    from PIL import Image
-
-    if height * width >= 2 ** 31:
-        raise ShiftbenchError(f"image of {height}x{width} pixels is too large to resize its masks")
-    index = np.arange(height * width, dtype=np.int32).reshape(height, width)
-    return np.asarray(Image.fromarray(index, mode="I").resize((int(size[1]), int(size[0])), Image.Resampling.NEAREST))
-
-
-def resize_nearest(array: np.ndarray, size: tuple[int, int], index: np.ndarray | None = None) -> np.ndarray:
-    """An HxW (or HxWxC) array of any dtype resized to ``size`` by Pillow's nearest-neighbour mapping: every output
-    value is an input value (labels, ids and bools stay what they are). ``index``: the mapping, when known."""
-    h, w = array.shape[:2]
-    if (h, w) == tuple(size):
-        return array
-    if index is None:
-        index = _nearest_index(h, w, size)
-    flat = array.reshape(h * w, *array.shape[2:])
-    return np.ascontiguousarray(flat[index])
 
 
 @dataclass(frozen=True)
@@ -199,7 +136,7 @@ class Preprocessing:
                     or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in crop)):
                 raise ShiftbenchError(f"crop: expected a positive integer or [height, width], got {self.crop!r}")
             object.__setattr__(self, "crop", (int(crop[0]), int(crop[1])))
-        _pil_filter(self.interpolation)
+        check_interpolation(self.interpolation)
 
     @property
     def active(self) -> bool:

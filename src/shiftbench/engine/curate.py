@@ -39,7 +39,8 @@ def curated_indices(data: Any, models: dict[str, tuple[Any, Any]], batch_size: i
         ok = labels >= 0
         dropped["unlabelled"] += int((~ok).sum())
         for label, (model, plan) in models.items():
-            pred = np.asarray(model.predict_logits([s.image for s in samples])).argmax(axis=1)
+            # read as the plan reads them (a class subset's columns, a decision map's categories)
+            pred = np.asarray(plan.outputs(model.predict_logits([s.image for s in samples]))).argmax(axis=1)
             mapped = np.array([-1 if s.label is None else s.label for s in plan.targets(samples)])
             wrong_per_model[label] += int(((pred != mapped) & (labels >= 0)).sum())
             wrong = ok & (pred != mapped)
@@ -92,13 +93,15 @@ def curate(
     return summary
 
 
-def classifier_plan(model: Any, name: str, data: Any, dataset_name: str, label_map: Any = None) -> tuple[Any, Any]:
+def classifier_plan(model: Any, name: str, data: Any, dataset_name: str, label_map: Any = None,
+                    class_subset: Any = None) -> tuple[Any, Any]:
     """(model set to the dataset's label space, its label plan); refuses a model that is no classifier."""
     from ..tasks.labels import plan_labels
 
     if getattr(model, "task", None) != "classification":
         raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
-    plan = plan_labels(model, data, label_map, dataset_name=dataset_name)  # refuses before any work
+    plan = plan_labels(model, data, label_map, dataset_name=dataset_name,
+                       class_subset=class_subset)  # refuses before any work
     return plan.model, plan
 
 
@@ -125,7 +128,7 @@ def curate_run(spec: Any, dataset: Any, plans: dict[str, Any], progress: bool = 
             nets[name] = (plan.model, plan)
         else:  # a registered classifier that is not evaluated, only used to curate
             nets[name] = classifier_plan(MODELS.create(name), name, dataset, f"dataset {spec.dataset!r}",
-                                         spec.label_map)
+                                         spec.label_map, spec.class_subset)
     with RunProgress(progress, float(len(dataset))) as bar:
         done = [0]
 

@@ -222,7 +222,8 @@ class _Runner:
             if not self.spec.metrics:
                 defaults[m.label] = list(task.metrics_for(model))
             self._metrics({m.label: model})  # a metric of another task is the first thing to say
-            plan = task.plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}")
+            plan = task.plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}",
+                                    class_subset=self.spec.class_subset)
             self.plans[m.label] = plan
             models[m.label] = plan.model
         if self.spec.label_map and not any(plan.uses_map for plan in self.plans.values()):
@@ -265,6 +266,9 @@ class _Runner:
         from .retrieval import is_retrieval_spec, setup_retrieval
 
         if is_retrieval_spec(spec):
+            if spec.class_subset is not None:  # retrieval ranks a gallery: there are no class outputs to restrict
+                raise SpecError(f"{spec.source + ': ' if spec.source else ''}class_subset: composed retrieval has no "
+                                "class outputs to restrict; remove it")
             if spec.preprocess is not None:  # composed retrieval reads its queries itself, not through the loader
                 raise SpecError(f"{spec.source + ': ' if spec.source else ''}preprocess: not applied to composed "
                                 "retrieval (its queries and gallery are read outside the run's loader); remove it")

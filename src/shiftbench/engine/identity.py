@@ -157,9 +157,13 @@ def run_identity(spec: Any, dataset: Any, models: dict[str, Any]) -> dict[str, A
     if getattr(spec, "ids", None):
         ids_path = Path(spec.ids)
         ids = {"path": str(spec.ids), "sha256": file_sha256(ids_path)} if ids_path.is_file() else None
+    decision = getattr(dataset, "decision_map", None)
     return {
         "shiftbench": package_version("shiftbench"),
         "dataset": dataset_fingerprint(spec.dataset, dict(spec.dataset_params), dataset),
         "ids": ids,
         "models": {label: model_fingerprint(model) for label, model in models.items()},
+        # how the outputs decide the dataset's categories (the 16-class mapping and its aggregation, defaults
+        # included): absent for a dataset without one, so other runs keep their identity
+        **({"decision": decision.as_dict()} if decision is not None else {}),
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..decisions import ClassSubset, class_subset as read_class_subset
 from ..errors import SeedError, SeverityError, ShiftbenchError, SpecError, UnknownNameError
 from ..metrics.quality import QUALITY_METRICS
 from ..seeds import check_seed
@@ -54,6 +55,9 @@ TOP_KEYS = {
                 "models, target} (Grad-CAM grids, background reliance, a t-SNE of the features)",
     "preprocess": "resize and crop every sample before any shift, its masks and boxes following: {resize, "
                   "interpolation, crop} (ImageNet's: resize 256, crop 224); part of the run's identity",
+    "class_subset": "restrict classifiers' outputs to some ImageNet-1k classes before every metric: imagenet-r or "
+                    "imagenet-a (their 200 classes), or a list of wnids or indices; the dataset's classes must all "
+                    "be in it; part of the run's identity",
 }
 PREPROCESS_KEYS = {
     "resize": "the shorter side in pixels, the longer one int(resize * long / short) (torchvision's Resize(int))",
@@ -269,6 +273,7 @@ class Spec:
     curate: CurateSection | None = None
     analysis: AnalysisSection | None = None
     preprocess: PreprocessSection | None = None
+    class_subset: ClassSubset | None = None  # shiftbench.decisions: classifiers' outputs restricted to these classes
 
     def conditions(self) -> list[PlannedCondition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -330,6 +335,9 @@ class Spec:
             # preprocessing decides every pixel a model and a shift see: part of the identity, absent when
             # unset so that specs without one keep their run ids
             **({"preprocess": self.preprocess.as_dict()} if self.preprocess else {}),
+            # the class subset decides which outputs every metric reads: its name and wnids (normalised to ImageNet
+            # order, so one subset written two ways is one run), absent when unset so older runs keep their ids
+            **({"class_subset": self.class_subset.as_dict()} if self.class_subset else {}),
         }
 
 
@@ -620,11 +628,23 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         description=spec.get("description"), dataset_params=dict(dataset_params), ids=ids, source=source,
         on_error=on_error,
         label_map=label_map, engine=engine, quality=quality, curate=curate, analysis=analysis,
-        preprocess=preprocess,
+        preprocess=preprocess, class_subset=_parse_class_subset(spec.get("class_subset"), source),
     )
     if check_names:
         _check_names(result, source)
     return result
+
+
+def _parse_class_subset(value: Any, source: str | None) -> ClassSubset | None:
+    """``class_subset``: a shipped list's name (imagenet-r, imagenet-a) or a list of ImageNet-1k wnids / indices
+    (shiftbench.decisions.class_subset), one SpecError naming the key otherwise. Whether it holds the dataset's
+    classes, and the models' outputs hold it, is checked by the label plan, in the dry run as in the run."""
+    if value is None:
+        return None
+    try:
+        return read_class_subset(value, _where(source, "class_subset"))
+    except ShiftbenchError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _parse_label_map(value: Any, source: str | None) -> dict[str, str | int] | None:

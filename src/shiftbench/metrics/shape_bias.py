@@ -12,9 +12,15 @@ a *texture decision* when it is the texture class, and neither otherwise.
 - ``silhouette_alone_acc``: decisions equal to the shape class on silhouette-alone images;
 - ``cue_chance`` = 1 / number of the set's classes: what a guess among them scores.
 
-A value whose images the data lacks is left out (a set of conflicts alone has no control rows). The
-dataset is ``objects-cue-conflict`` (shiftbench.datasets.cue_conflict): its samples carry ``meta`` ``cue``,
-``shape_wnid``, ``texture_wnid`` and ``decision_wnids``, which is all this metric reads besides the scores.
+A value whose images the data lacks is left out (a set of conflicts alone has no control rows). Two datasets:
+
+- ``objects-cue-conflict`` (shiftbench.datasets.cue_conflict): its samples carry ``meta`` ``cue``,
+  ``shape_wnid``, ``texture_wnid`` and ``decision_wnids``, which is all this metric reads besides the scores;
+- the standard stimuli of Geirhos et al. (a folder read by shiftbench.datasets.cue_conflict_folder): the label
+  plan has already turned the 1,000 outputs into the 16 categories' scores (the dataset's decision map, mean of
+  the softmax probabilities by default), so the decision is the top one of *all* the scores' columns; the shape
+  class is the sample's ``label``, the texture class ``meta["texture_label"]``, and images whose two classes
+  agree (``cue`` ``no_conflict``) count in no fraction.
 
 >>> scores = np.zeros((3, 1000)); scores[0, 340] = 9; scores[1, 291] = 9; scores[2, 7] = 9
 >>> classes = [340, 291, 7]          # zebra, lion, cock (ImageNet-1k indices)
@@ -38,19 +44,20 @@ from .base import Metric
 
 __all__ = ["CUES", "CueTarget", "ShapeBias", "set_decisions", "cue_target", "shape_bias_interval"]
 
-CUES = ("conflict", "texture", "silhouette")  # state codes 0, 1, 2
+CUES = ("conflict", "texture", "silhouette", "no_conflict")  # state codes 0, 1, 2, 3 (3: in no fraction)
 KEYS = ("shape_bias", "cue_decided", "texture_alone_acc", "silhouette_alone_acc", "cue_chance")
 IMAGENET_CLASSES = 1000
 
 
 class CueTarget(NamedTuple):
-    """What one image of a cue-conflict set asks: its ``cue`` (conflict, texture or silhouette), its shape and
-    texture classes (ImageNet-1k indices, -1 where absent) and the set's classes (ImageNet-1k indices)."""
+    """What one image of a cue-conflict set asks: its ``cue`` (conflict, texture, silhouette or no_conflict), its
+    shape and texture classes (-1 where absent) and the set's classes: ImageNet-1k indices, or None when the
+    decision is among all the scores' columns (then the classes are column numbers too)."""
 
     cue: str
     shape: int
     texture: int
-    classes: Sequence[int]
+    classes: Sequence[int] | None
 
 
 @lru_cache(maxsize=1)
@@ -67,29 +74,38 @@ def _index(wnid: Any, what: str, sample_id: Any) -> int:
         raise ShiftbenchError(f"shape_bias: sample {sample_id!r}: {what} {wnid!r} is not an ImageNet-1k wnid") from None
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def cue_target(sample: Any) -> CueTarget:
-    """The :class:`CueTarget` of an ``objects-cue-conflict`` sample, from its ``meta``."""
+    """The :class:`CueTarget` of a cue-conflict sample, from its ``meta``: an ``objects-cue-conflict`` one (ImageNet-1k
+    classes by wnid), or one of the standard stimuli (its label and ``texture_label``, decided among all columns)."""
     meta = getattr(sample, "meta", None) or {}
     sid = getattr(sample, "id", None)
+    if meta.get("cue") in CUES and not meta.get("decision_wnids") and _is_int(meta.get("texture_label")) \
+            and _is_int(getattr(sample, "label", None)):
+        return CueTarget(meta["cue"], int(sample.label), int(meta["texture_label"]), None)
     if meta.get("cue") not in CUES or not meta.get("decision_wnids"):
         raise ShiftbenchError(f"shape_bias: sample {sid!r} is not a cue-conflict image (its meta has no cue and "
-                              "decision_wnids); evaluate it on the dataset objects-cue-conflict")
+                              "decision_wnids or texture_label); evaluate it on the dataset objects-cue-conflict or on "
+                              "a folder of the standard cue-conflict stimuli")
     classes = [_index(w, "decision class", sid) for w in meta["decision_wnids"]]
     return CueTarget(meta["cue"], _index(meta.get("shape_wnid"), "shape class", sid),
                      _index(meta.get("texture_wnid"), "texture class", sid), classes)
 
 
-def set_decisions(scores: Any, classes: Sequence[int]) -> np.ndarray:
-    """The decision of each row of ``scores`` (N, 1000) among ``classes`` (ImageNet-1k indices): the class
-    with the highest score; a tie goes to the lower index.
+def set_decisions(scores: Any, classes: Sequence[int] | None = None) -> np.ndarray:
+    """The decision of each row of ``scores`` (N, C) among ``classes`` (column numbers: ImageNet-1k indices for
+    ImageNet scores; None: every column): the class with the highest score; a tie goes to the lower index.
 
-    >>> set_decisions([[0.0, 5.0, 5.0, 9.0]], [1, 2])
-    array([1])
+    >>> set_decisions([[0.0, 5.0, 5.0, 9.0]], [1, 2]), set_decisions([[0.0, 5.0, 5.0, 9.0]])
+    (array([1]), array([3]))
     """
     s = np.asarray(scores)
-    cols = np.asarray(sorted(int(c) for c in classes), dtype=np.int64)
     if s.ndim != 2:
         raise ShiftbenchError(f"shape_bias: scores must be (N, C), got shape {s.shape}")
+    cols = np.asarray(sorted(int(c) for c in classes) if classes is not None else range(s.shape[1]), dtype=np.int64)
     if not cols.size or cols[0] < 0 or cols[-1] >= s.shape[1]:
         raise ShiftbenchError(f"shape_bias: the set's classes must be columns of the scores (0..{s.shape[1] - 1})")
     if s.dtype.kind == "f" and not np.isfinite(s).all():
@@ -140,24 +156,26 @@ class ShapeBias(Metric):
         self._classes: int | None = None  # number of the set's classes (chance = 1 / it)
 
     def update(self, predictions: Any, targets: Sequence[CueTarget]) -> None:
-        """``predictions``: ImageNet-1k scores (N, 1000); ``targets``: one :class:`CueTarget` per row."""
+        """``predictions``: scores (N, C): ImageNet-1k's (N, 1000) for targets whose classes are ImageNet-1k
+        indices, the set's own classes' (a decision map's 16 categories) for targets with ``classes`` None;
+        ``targets``: one :class:`CueTarget` per row."""
         scores = np.asarray(predictions)
         targets = [CueTarget(*t) for t in targets]
-        if scores.ndim != 2 or scores.shape[1] != IMAGENET_CLASSES:
+        if scores.ndim != 2 or (scores.shape[1] != IMAGENET_CLASSES and any(t.classes is not None for t in targets)):
             raise ShiftbenchError(f"shape_bias reads ImageNet-1k scores (N, {IMAGENET_CLASSES}); got shape {scores.shape}")
         if len(targets) != scores.shape[0]:
             raise ShiftbenchError(f"shape_bias: {len(targets)} targets for {scores.shape[0]} score rows")
         for i, t in enumerate(targets):
             if t.cue not in CUES:
                 raise ShiftbenchError(f"shape_bias: cue must be one of {', '.join(CUES)}, got {t.cue!r}")
-            k = len(set(int(c) for c in t.classes))
+            k = len(set(int(c) for c in t.classes)) if t.classes is not None else scores.shape[1]
             if self._classes is not None and k != self._classes:
                 raise ShiftbenchError(f"shape_bias: the set's classes changed from {self._classes} to {k} within one set")
             self._classes = k
             decision = int(set_decisions(scores[i:i + 1], t.classes)[0])
             self._cue.append(CUES.index(t.cue))
-            self._shape.append(int(t.cue != "texture" and decision == int(t.shape)))
-            self._texture.append(int(t.cue != "silhouette" and decision == int(t.texture)))
+            self._shape.append(int(t.cue not in ("texture", "no_conflict") and decision == int(t.shape)))
+            self._texture.append(int(t.cue not in ("silhouette", "no_conflict") and decision == int(t.texture)))
         self.n += len(targets)
 
     def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
@@ -201,9 +219,12 @@ class ShapeBias(Metric):
         """Decision counts: shape, texture and other decisions on the conflicts, images per cue, classes."""
         cue, shape, texture = self._arrays()
         conflict = cue == 0
-        return {"shape_decisions": int(shape[conflict].sum()), "texture_decisions": int(texture[conflict].sum()),
-                "conflict_images": int(conflict.sum()), "texture_images": int((cue == 1).sum()),
-                "silhouette_images": int((cue == 2).sum()), "classes": self._classes}
+        out = {"shape_decisions": int(shape[conflict].sum()), "texture_decisions": int(texture[conflict].sum()),
+               "conflict_images": int(conflict.sum()), "texture_images": int((cue == 1).sum()),
+               "silhouette_images": int((cue == 2).sum()), "classes": self._classes}
+        if (cue == 3).any():  # the standard stimuli's images whose shape and texture classes agree
+            out["no_conflict_images"] = int((cue == 3).sum())
+        return out
 
     def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
         """Per image, NaN for images of another cue: ``shape_bias`` the ``ratio`` rows (shape, shape or

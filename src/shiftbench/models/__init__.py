@@ -44,6 +44,8 @@ MODELS.add_lazy("dummy_captioner", "shiftbench.models.dummy:DummyCaptioner",
 # hub / local-folder backends: NAME after the prefix is a hub id or a local folder
 MODELS.add_scheme("timm", "shiftbench.models.timm_models:create",
                   description="timm image classifier: timm:NAME (hub id or local folder)")
+MODELS.add_scheme("torchvision", "shiftbench.models.torchvision_models:create",
+                  description="torchvision.models classifier: torchvision:ARCH/WEIGHTS (hub cache) or ARCH//path/file")
 MODELS.add_scheme("open_clip", "shiftbench.models.open_clip_models:create",
                   description="open_clip zero-shot classifier: open_clip:ARCH/PRETRAINED")
 MODELS.add_scheme("hf", "shiftbench.models.hf:create",

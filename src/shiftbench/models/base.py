@@ -51,14 +51,18 @@ returns what that task's metrics take in ``update`` (logits; foreground probabil
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
 from ..labelspace import LabelSpace, map_spaces
+from ..resize import (
+    INTERPOLATIONS, crop_corner, crop_then_resize, crop_then_resize_tensor, pil_weights, resize, resize_tensor,
+    resized_size, tf_crop_box, vertical_first,
+)
 from ..sample import to_rgb_uint8
 
 __all__ = [
@@ -71,19 +75,26 @@ __all__ = [
 
 # -- label spaces: defined in shiftbench.labelspace (torch-free), re-exported here ------------------------
 # -- preprocessing ----------------------------------------------------------------------------------
-_INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "area", "lanczos")
+RECIPES = ("torchvision", "tf")
 
 
 @dataclass(frozen=True)
 class Preprocess:
-    """Declared input transform: HxWx3 uint8 RGB -> float32 (N, 3, h, w) model input.
+    """Declared input transform: HxWx3 uint8 RGB -> float32 (N, 3, h, w) model input, computed by
+    :mod:`shiftbench.resize` (the one resize / crop of the code base).
 
-    ``resize="shorter"``: scale so the shorter side is ``size / crop_fraction`` (ratio kept), then centre
-    crop ``size`` (timm / torchvision eval transform; ``crop_fraction=1`` crops only the long side).
-    ``resize="exact"``: stretch to ``size`` (segmenters that predict at a fixed size). Pixel values are
-    divided by ``255 / value_range`` (value_range 255 keeps 0..255, 1 gives 0..1), then
-    ``(x - mean) / std`` per channel, in ``color_order``. ``scale_by_max`` divides by the image's own
-    maximum instead (U2-Net's convention).
+    ``recipe="torchvision"`` (timm, open_clip, torchvision, transformers): with ``resize="shorter"``, resize
+    as torchvision's ``Resize(resize_size)`` does (Pillow's filter, antialiased when reducing), then take
+    torchvision's ``CenterCrop(size)``. ``resize_size`` is the shorter side (an int) or an exact (height, width);
+    None means timm's rule, ``floor(size / crop_fraction)`` per axis (one int when both agree).
+    ``resize="exact"`` stretches to ``resize_size`` (default ``size``), then centre-crops ``size`` (timm's and
+    open_clip's "squash", segmenters at a fixed size).
+    Pixel values are divided by ``255 / value_range`` (value_range 1 gives torchvision's ``ToTensor``), then
+    ``(x - mean) / std`` per channel, in ``color_order``. ``scale_by_max`` divides by the image's own maximum
+    instead (U2-Net's convention).
+
+    ``recipe="tf"`` (the bundled models): a centre crop of ``crop_fraction`` of the shorter side, then one
+    resize to ``size`` without antialiasing (:func:`shiftbench.resize.crop_then_resize`).
     """
 
     size: tuple[int, int]  # (height, width) of the model input
@@ -95,55 +106,91 @@ class Preprocess:
     value_range: float = 1.0
     color_order: str = "RGB"
     scale_by_max: bool = False
+    resize_size: int | tuple[int, int] | None = None
+    recipe: str = "torchvision"
 
     def __post_init__(self) -> None:
         if self.resize not in ("shorter", "exact"):
             raise ValueError(f"resize must be 'shorter' or 'exact', got {self.resize!r}")
-        if self.interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"interpolation must be one of {_INTERPOLATIONS}, got {self.interpolation!r}")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {tuple(INTERPOLATIONS)}, got {self.interpolation!r}")
         if self.color_order not in ("RGB", "BGR"):
             raise ValueError(f"color_order must be 'RGB' or 'BGR', got {self.color_order!r}")
         if not 0 < self.crop_fraction <= 1:
             raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
         object.__setattr__(self, "size", (int(self.size[0]), int(self.size[1])))
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
+        rs = self.resize_size
+        if rs is not None:
+            rs = int(rs) if isinstance(rs, (int, np.integer)) else (int(rs[0]), int(rs[1]))
+            if min(rs if isinstance(rs, tuple) else (rs,)) < 1:
+                raise ValueError(f"resize_size must be positive, got {self.resize_size!r}")
+            object.__setattr__(self, "resize_size", rs)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "size": list(self.size), "resize": self.resize, "crop_fraction": self.crop_fraction,
             "interpolation": self.interpolation, "mean": list(self.mean), "std": list(self.std),
             "value_range": self.value_range, "color_order": self.color_order, "scale_by_max": self.scale_by_max,
         }
+        if self.recipe != "tf":  # the bundled models' records keep their keys (their runs' identities stand)
+            out["recipe"] = self.recipe
+            scale = self.scale_size
+            out["resize_size"] = list(scale) if isinstance(scale, tuple) else scale
+        return out
+
+    @property
+    def scale_size(self) -> int | tuple[int, int]:
+        """What the resize before the crop is given: the shorter side (an int: torchvision's ``Resize(int)``) or a
+        (height, width): the exact size for ``resize="exact"``, the box whose shorter-ratio side the image fits
+        for ``resize="shorter"`` (timm's ``ResizeKeepRatio``, for non-square inputs)."""
+        if self.resize_size is not None:
+            return self.resize_size
+        if self.resize == "exact":
+            return self.size
+        h, w = (int(math.floor(s / self.crop_fraction)) for s in self.size)
+        return h if h == w else (h, w)
+
+    def geometry(self, height: int, width: int) -> tuple[tuple[int, int], tuple[int, int, int, int]]:
+        """((resized height, width), (top, left, crop height, crop width)) of the "torchvision" recipe; a crop
+        larger than the resized image reaches outside it (torchvision pads with zeros there)."""
+        scale = self.scale_size
+        if isinstance(scale, int):
+            resized = resized_size(height, width, scale)
+        elif self.resize == "exact":
+            resized = scale
+        else:  # timm's ResizeKeepRatio: the shorter ratio decides, each side rounded
+            ratio = min(height / scale[0], width / scale[1])
+            resized = (max(1, int(round(height / ratio))), max(1, int(round(width / ratio))))
+        th, tw = self.size
+        top, left = crop_corner(resized[0], resized[1], th, tw)
+        # torchvision pads a crop larger than the image with (crop - size) // 2 before it, then crops at 0
+        top = -((th - resized[0]) // 2) if th > resized[0] else top
+        left = -((tw - resized[1]) // 2) if tw > resized[1] else left
+        return resized, (top, left, th, tw)
 
     def crop_box(self, height: int, width: int) -> tuple[int, int, int, int]:
-        """(top, left, crop_h, crop_w) of the region of an HxW image that the model sees."""
-        if self.resize == "exact":
-            return 0, 0, height, width
-        th, tw = self.size
-        # the shorter side scaled to size/crop_fraction, the centred size window taken from it: in the
-        # original image's pixels that window is size * (shorter / (size / crop_fraction)).
-        scale = min(height / (th / self.crop_fraction), width / (tw / self.crop_fraction))
-        ch = min(height, max(1, int(round(th * scale))))
-        cw = min(width, max(1, int(round(tw * scale))))
-        return (height - ch) // 2, (width - cw) // 2, ch, cw
+        """(top, left, crop_h, crop_w) of the region of an HxW image that the model sees, in its pixels."""
+        if self.recipe == "tf":
+            if self.resize == "exact":
+                return 0, 0, height, width
+            return tf_crop_box(height, width, self.size, self.crop_fraction)
+        (rh, rw), (top, left, ch, cw) = self.geometry(height, width)
+        sy, sx = height / rh, width / rw
+        t, lf = max(0, int(round(top * sy))), max(0, int(round(left * sx)))
+        return t, lf, max(1, min(height - t, int(round(ch * sy)))), max(1, min(width - lf, int(round(cw * sx))))
 
     def resize_image(self, image: np.ndarray) -> np.ndarray:
-        """The uint8 HxWx3 image the model sees, at ``size`` (crop then one resize, as the crop box)."""
-        import cv2
-
-        top, left, ch, cw = self.crop_box(image.shape[0], image.shape[1])
-        region = image[top:top + ch, left:left + cw]
-        th, tw = self.size
-        if region.shape[:2] == (th, tw):
-            return np.ascontiguousarray(region)
-        flag = {
-            "nearest": cv2.INTER_NEAREST, "bilinear": cv2.INTER_LINEAR, "bicubic": cv2.INTER_CUBIC,
-            "area": cv2.INTER_AREA, "lanczos": cv2.INTER_LANCZOS4,
-        }[self.interpolation]
-        if flag in (cv2.INTER_LINEAR, cv2.INTER_CUBIC) and (ch > 2 * th or cw > 2 * tw):
-            flag = cv2.INTER_AREA  # strong downscaling: bilinear/bicubic alias without an anti-alias filter
-        return cv2.resize(region, (tw, th), interpolation=flag)
+        """The uint8 HxWx3 image the model sees, at ``size``."""
+        h, w = image.shape[:2]
+        if self.recipe == "tf":
+            return crop_then_resize(image, self.crop_box(h, w), self.size, self.interpolation)
+        resized, (top, left, ch, cw) = self.geometry(h, w)
+        out = resize(image, resized, self.interpolation)
+        return _crop_or_pad(out, top, left, ch, cw)
 
     def normalize(self, batch: np.ndarray) -> np.ndarray:
         """uint8 (N, h, w, 3) RGB -> float32 (N, 3, h, w) normalised model input."""
@@ -152,7 +199,7 @@ class Preprocess:
             peak = x.reshape(len(x), -1).max(axis=1).reshape(-1, 1, 1, 1)
             x = x / np.maximum(peak, 1.0)
         else:
-            x = x * np.float32(self.value_range / 255.0)
+            x = x / np.float32(255.0 / self.value_range)
         if self.color_order == "BGR":
             x = x[..., ::-1]
         mean = np.asarray(self.mean, np.float32)
@@ -163,26 +210,21 @@ class Preprocess:
     def tensor(self, images: Any) -> Any:
         """The same transform on a uint8 (N, 3, H, W) torch tensor, on its device -> float32 (N, 3, h, w).
 
-        The crop box is :meth:`crop_box`'s; the resize applies OpenCV's own interpolation weights (one
-        matrix per axis, :func:`resize_weights`) and rounds to uint8 levels as OpenCV's output is: within
-        a fraction of a grey level of :meth:`__call__` (OpenCV's fixed-point rounding aside)."""
+        "torchvision": Pillow's own fixed-point resampling as matrices (:func:`shiftbench.resize.resize_tensor`),
+        the same bytes as :meth:`__call__`; "tf": OpenCV's weights, within a fraction of a grey level."""
         import torch
 
         h, w = int(images.shape[-2]), int(images.shape[-1])
-        top, left, ch, cw = self.crop_box(h, w)
-        x = images[..., top:top + ch, left:left + cw].float()
-        th, tw = self.size
-        if (ch, cw) != (th, tw):
-            mode = self.interpolation
-            if mode in ("bilinear", "bicubic") and (ch > 2 * th or cw > 2 * tw):
-                mode = "area"  # as resize_image
-            rows = torch.from_numpy(resize_weights(ch, th, mode)).to(x.device)
-            cols = torch.from_numpy(resize_weights(cw, tw, mode)).to(x.device)
-            x = torch.matmul(torch.matmul(rows, x), cols.T).round_().clamp_(0, 255)
+        if self.recipe == "tf":
+            x = crop_then_resize_tensor(images, self.crop_box(h, w), self.size, self.interpolation)
+        else:
+            resized, (top, left, ch, cw) = self.geometry(h, w)
+            x = _crop_or_pad(resize_tensor(images, resized, self.interpolation), top, left, ch, cw,
+                             channels_first=True)
         if self.scale_by_max:
             x = x / x.flatten(1).amax(dim=1).clamp_min(1.0).view(-1, 1, 1, 1)
         else:
-            x = x * (self.value_range / 255.0)
+            x = x / (255.0 / self.value_range)
         if self.color_order == "BGR":
             x = x.flip(1)
         mean = torch.tensor(self.mean, dtype=torch.float32, device=x.device).view(1, 3, 1, 1)
@@ -195,58 +237,23 @@ class Preprocess:
         return self.normalize(np.stack([self.resize_image(im) for im in images]))
 
 
-_CUBIC_A = -0.75  # OpenCV's (and torch's) cubic convolution coefficient
-
-
-def _cubic(t: np.ndarray) -> np.ndarray:
-    t = np.abs(t)
-    a = _CUBIC_A
-    return np.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
-                    np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
-
-
-@lru_cache(maxsize=128)
-def resize_weights(n_in: int, n_out: int, mode: str) -> np.ndarray:
-    """(n_out, n_in) float32 weights of OpenCV's ``resize`` along one axis: ``out = W @ in``.
-
-    Pixel centres aligned (source = (dst + 0.5) * n_in / n_out - 0.5), edges replicated; "area" takes
-    the box overlap when shrinking and OpenCV's own sharpened linear weights when enlarging."""
-    scale = n_in / n_out
-    weights = np.zeros((n_out, n_in), dtype=np.float64)
-    dst = np.arange(n_out)
-    if mode == "nearest":
-        weights[dst, np.minimum(np.floor(dst * scale).astype(np.int64), n_in - 1)] = 1.0
-        return weights.astype(np.float32)
-    if mode == "area" and scale >= 1:
-        for i in dst:
-            lo, hi = i * scale, (i + 1) * scale
-            for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), n_in)):
-                weights[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
-        return weights.astype(np.float32)
-    src = (dst + 0.5) * scale - 0.5
-    if mode == "area":  # enlarging: OpenCV's INTER_AREA weights
-        base = np.floor(dst * scale)
-        frac = (dst + 1) - (base + 1) / scale
-        frac = np.where(frac <= 0, 0.0, frac - np.floor(frac))
-        taps, coeffs = [base, base + 1], [1.0 - frac, frac]
-    else:
-        base = np.floor(src)
-        t = src - base
-        if mode == "bilinear":
-            taps, coeffs = [base, base + 1], [1.0 - t, t]
-        elif mode == "bicubic":
-            taps = [base + k for k in range(-1, 3)]
-            coeffs = [_cubic(t - k) for k in range(-1, 3)]
-        elif mode == "lanczos":
-            taps = [base + k for k in range(-3, 5)]
-            coeffs = [np.sinc(t - k) * np.sinc((t - k) / 4.0) for k in range(-3, 5)]
-            total = sum(coeffs)
-            coeffs = [c / total for c in coeffs]
-        else:
-            raise ValueError(f"unknown interpolation {mode!r}")
-    for tap, coeff in zip(taps, coeffs):
-        np.add.at(weights, (dst, np.clip(tap.astype(np.int64), 0, n_in - 1)), coeff)
-    return weights.astype(np.float32)
+def _crop_or_pad(x: Any, top: int, left: int, ch: int, cw: int, channels_first: bool = False) -> Any:
+    """The window (top, left, ch, cw) of an image (HxWxC array, or (..., H, W) tensor when ``channels_first``),
+    zeros where it reaches outside (torchvision's ``CenterCrop`` pads a crop larger than the image)."""
+    h, w = (x.shape[-2], x.shape[-1]) if channels_first else x.shape[:2]
+    if top >= 0 and left >= 0 and top + ch <= h and left + cw <= w:
+        if channels_first:
+            return x[..., top:top + ch, left:left + cw]
+        return np.ascontiguousarray(x[top:top + ch, left:left + cw])
+    y0, x0 = max(top, 0), max(left, 0)
+    y1, x1 = min(top + ch, h), min(left + cw, w)
+    if channels_first:
+        out = x.new_zeros((*x.shape[:-2], ch, cw))
+        out[..., y0 - top:y1 - top, x0 - left:x1 - left] = x[..., y0:y1, x0:x1]
+        return out
+    out = np.zeros((ch, cw, *x.shape[2:]), x.dtype)
+    out[y0 - top:y1 - top, x0 - left:x1 - left] = x[y0:y1, x0:x1]
+    return out
 
 
 @dataclass
@@ -533,16 +540,38 @@ class TorchClassifier(Classifier):
     def forward_images(self, x01: Any) -> Any:
         """Differentiable preprocessing + forward: float RGB (N, 3, H, W) in [0, 1] of any size -> logits.
 
-        Same crop box as :meth:`Preprocess.resize_image`, bilinear resize with antialiasing.
-        """
+        "torchvision" recipe: the geometry of :meth:`Preprocess.resize_image`, Pillow's filter weights as matrices in
+        its pass order, clipped after each pass as Pillow clips, without its rounding to whole grey levels (within
+        1.5 grey levels of the model's input); "tf": the same crop box, bilinear resize with antialiasing."""
+        import torch
         import torch.nn.functional as F
 
         assert self.preprocess is not None
         p = self.preprocess
-        top, left, ch, cw = p.crop_box(int(x01.shape[-2]), int(x01.shape[-1]))
-        x = x01[..., top:top + ch, left:left + cw]
-        if (ch, cw) != p.size:
-            x = F.interpolate(x, size=p.size, mode="bilinear", align_corners=False, antialias=True)
+        h, w = int(x01.shape[-2]), int(x01.shape[-1])
+        if p.recipe == "tf":
+            top, left, ch, cw = p.crop_box(h, w)
+            x = x01[..., top:top + ch, left:left + cw]
+            if (ch, cw) != p.size:
+                x = F.interpolate(x, size=p.size, mode="bilinear", align_corners=False, antialias=True)
+        else:
+            (rh, rw), (top, left, ch, cw) = p.geometry(h, w)
+            unit = float(1 << 22)
+
+            def horizontal(x: Any) -> Any:
+                if rw == w:
+                    return x
+                cols = torch.from_numpy(pil_weights(w, rw, p.interpolation) / unit).to(x.device, x.dtype)
+                return torch.matmul(x, cols.T).clamp(0.0, 1.0)  # clipped after each pass, as Pillow clips
+
+            def vertical(x: Any) -> Any:
+                if rh == h:
+                    return x
+                rows = torch.from_numpy(pil_weights(h, rh, p.interpolation) / unit).to(x.device, x.dtype)
+                return torch.matmul(rows, x).clamp(0.0, 1.0)
+
+            x = horizontal(vertical(x01)) if vertical_first(h, w, rh, rw) else vertical(horizontal(x01))
+            x = _crop_or_pad(x, top, left, ch, cw, channels_first=True)
         if p.scale_by_max:
             x = x / x.flatten(1).amax(dim=1).clamp_min(1e-6).view(-1, 1, 1, 1)
         else:

@@ -62,7 +62,7 @@ class EfficientNetLite(TorchClassifier):
         self.label_space = LabelSpace.imagenet1k()
         self.preprocess = Preprocess(
             size=(size, size), mean=(127.0, 127.0, 127.0), std=(128.0, 128.0, 128.0), resize="shorter",
-            crop_fraction=size / (size + CROP_PADDING), interpolation="bicubic", value_range=255.0,
+            crop_fraction=size / (size + CROP_PADDING), interpolation="bicubic", value_range=255.0, recipe="tf",
         )
         self._setup(module, device, dtype)
         if backend not in ("auto", "torch", "onnxruntime"):

@@ -30,7 +30,7 @@ __all__ = ["create", "HFZeroShotClassifier", "HFClassifier", "HFDetector", "HFSe
 ZERO_SHOT_TYPES = {"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "metaclip_2"}
 CAPTION_TYPES = {"blip-2", "blip_2", "blip", "git", "instructblip"}
 _WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".onnx", ".msgpack", ".h5"}
-_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "area", 5: "area"}
+_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "area", 5: "hamming"}  # PIL codes
 
 
 def detect_task(config: Any) -> str:
@@ -90,8 +90,8 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
     resample = getattr(ip, "resample", 2)
     interpolation = _RESAMPLE.get(int(getattr(resample, "value", resample) or 2), "bilinear")
     if crop is not None and size is not None:
-        return Preprocess(size=crop, mean=mean, std=std, resize="shorter",
-                          crop_fraction=min(1.0, crop[0] / size[0]), interpolation=interpolation,
+        return Preprocess(size=crop, mean=mean, std=std, resize="shorter" if shortest else "exact",
+                          resize_size=size[0] if shortest else size, interpolation=interpolation,
                           value_range=rescale * 255.0)
     return Preprocess(size=size or (224, 224), mean=mean, std=std, resize="shorter" if shortest else "exact",
                       crop_fraction=1.0, interpolation=interpolation, value_range=rescale * 255.0)

@@ -38,15 +38,21 @@ def parse_source(source: str) -> tuple[str, str | None]:
 
 
 def preprocess_from_open_clip(cfg: Mapping[str, Any] | None) -> Preprocess:
-    """open_clip ``preprocess_cfg`` (size, mean, std, interpolation, resize_mode) -> Preprocess."""
+    """open_clip ``preprocess_cfg`` (size, mean, std, interpolation, resize_mode) -> the :class:`Preprocess` that
+    gives the tensor of open_clip's eval transform (``image_transform(..., is_train=False)``): ``shortest``
+    resizes the shorter side to the size and centre-crops, ``squash`` stretches to it."""
     cfg = dict(cfg or {})
     size = cfg.get("size", 224)
     size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
-    mode = cfg.get("resize_mode", "shortest")
+    mode = cfg.get("resize_mode") or "shortest"
+    if mode not in ("shortest", "squash"):
+        raise ShiftbenchError(f"open_clip resize_mode {mode!r} is not supported (shortest or squash)")
+    interpolation = cfg.get("interpolation") or "bicubic"
+    if interpolation not in ("bicubic", "bilinear", "nearest", "lanczos"):
+        raise ShiftbenchError(f"open_clip interpolation {interpolation!r} is not supported")
     return Preprocess(
         size=size, mean=tuple(cfg.get("mean") or OPENAI_MEAN), std=tuple(cfg.get("std") or OPENAI_STD),
-        resize="exact" if mode == "squash" else "shorter", crop_fraction=1.0,
-        interpolation=cfg.get("interpolation", "bicubic") if cfg.get("interpolation") in ("bicubic", "bilinear") else "bicubic",
+        resize="exact" if mode == "squash" else "shorter", crop_fraction=1.0, interpolation=interpolation,
         value_range=1.0,
     )
 
@@ -74,6 +80,14 @@ class OpenClipZeroShot(ZeroShotClassifier):
             self.set_classes(LabelSpace.imagenet1k(), templates or imagenet_templates())
         else:
             self.set_classes(list(classes), templates or imagenet_templates())
+
+    weights_files: tuple[str, ...] = ()  # the local files the weights came from (create sets them)
+
+    def weight_files(self) -> list[str]:
+        """The local weight file (``ARCH//path``) or the weight files of the local folder the model was loaded
+        from (hashed into a run's identity); none for a pretrained tag or hub repo (the identity then hashes the
+        loaded parameters)."""
+        return list(self.weights_files)
 
     def preprocess_tensor(self, images: Sequence[np.ndarray]) -> Any:
         import torch
@@ -116,8 +130,20 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", classes: Se
     arch, pretrained = parse_source(source)
     try:
         model = open_clip.create_model(arch, pretrained=pretrained or None)
-    except (RuntimeError, FileNotFoundError) as exc:
-        raise ShiftbenchError(f"open_clip cannot create {source!r}: {str(exc).splitlines()[0]}") from None
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        # a state dict that does not fit is a paragraph of keys: one line, the start of it
+        text = " ".join(str(exc).split())
+        raise ShiftbenchError(f"open_clip cannot create {source!r}: {text[:300]}{'...' if len(text) > 300 else ''}") from None
     tokenizer = open_clip.get_tokenizer(arch)
-    return OpenClipZeroShot(model, tokenizer, f"open_clip:{source}", device=device, dtype=dtype,
-                            classes=classes, templates=templates)
+    out = OpenClipZeroShot(model, tokenizer, f"open_clip:{source}", device=device, dtype=dtype,
+                           classes=classes, templates=templates)
+    if pretrained and os.path.isfile(pretrained):
+        out.weights_files = (os.path.abspath(pretrained),)
+    elif arch.startswith("local-dir:"):
+        folder = os.path.abspath(arch[len("local-dir:"):])
+        out.weights_files = tuple(sorted(os.path.join(folder, f) for f in os.listdir(folder)
+                                         if f.endswith(_WEIGHT_SUFFIXES) and os.path.isfile(os.path.join(folder, f))))
+    return out
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt")

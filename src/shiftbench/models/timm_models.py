@@ -8,7 +8,9 @@ forbids downloads); ``timm:/path/to/folder`` loads a folder holding timm's ``con
 
 from __future__ import annotations
 
+import math
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ShiftbenchError
@@ -17,19 +19,30 @@ from .base import LabelSpace, Preprocess, TorchClassifier
 __all__ = ["TimmClassifier", "create", "preprocess_from_data_config", "label_space_from_config"]
 
 
+# timm's interpolation names -> shiftbench.resize's ("box" is Pillow's BOX filter, "area" here)
+_TIMM_INTERPOLATIONS = {"bicubic": "bicubic", "bilinear": "bilinear", "nearest": "nearest", "lanczos": "lanczos",
+                        "hamming": "hamming", "box": "area"}
+
+
 def preprocess_from_data_config(config: Mapping[str, Any]) -> Preprocess:
-    """timm data config (``input_size``, ``crop_pct``, ``crop_mode``, ``interpolation``, mean/std) -> Preprocess."""
+    """timm data config (``input_size``, ``crop_pct``, ``crop_mode``, ``interpolation``, mean/std) -> the
+    :class:`Preprocess` that gives the tensor of ``timm.data.create_transform(**config)`` (its eval transform):
+    ``center`` resizes to ``floor(size / crop_pct)`` (the shorter side; timm's ResizeKeepRatio for non-square
+    inputs) then centre-crops; ``squash`` stretches to ``floor(size / crop_pct)`` per axis then centre-crops."""
     _, height, width = config["input_size"]
-    crop_mode = config.get("crop_mode", "center")
+    crop_mode = config.get("crop_mode") or "center"
     if crop_mode not in ("center", "squash"):
         raise ShiftbenchError(f"timm crop_mode {crop_mode!r} is not supported (center or squash)")
-    interpolation = config.get("interpolation", "bicubic")
-    if interpolation not in ("bicubic", "bilinear", "nearest", "lanczos", "area"):
-        interpolation = "bicubic"
+    interpolation = config.get("interpolation") or "bilinear"
+    if interpolation not in _TIMM_INTERPOLATIONS:
+        raise ShiftbenchError(f"timm interpolation {interpolation!r} is not supported "
+                              f"({', '.join(_TIMM_INTERPOLATIONS)})")
+    crop_pct = float(config.get("crop_pct") or 0.875)
+    squash = (int(math.floor(height / crop_pct)), int(math.floor(width / crop_pct)))
     return Preprocess(
         size=(height, width), mean=tuple(config["mean"]), std=tuple(config["std"]),
-        resize="exact" if crop_mode == "squash" else "shorter",
-        crop_fraction=float(config.get("crop_pct", 0.875) or 1.0), interpolation=interpolation, value_range=1.0,
+        resize="exact" if crop_mode == "squash" else "shorter", resize_size=squash if crop_mode == "squash" else None,
+        crop_fraction=crop_pct, interpolation=_TIMM_INTERPOLATIONS[interpolation], value_range=1.0,
     )
 
 
@@ -64,6 +77,22 @@ class TimmClassifier(TorchClassifier):
         self.label_space = label_space
         self._setup(module, device, dtype)
 
+    weights_folder: str | None = None  # the local folder the weights came from (create sets it)
+
+    def weight_files(self) -> list[str]:
+        """The weight files of the local folder the model was loaded from (hashed into a run's identity); none
+        for a hub name or a random initialisation (the identity then hashes the loaded parameters)."""
+        return _folder_weight_files(self.weights_folder)
+
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pth", ".pt", ".tar")
+
+
+def _folder_weight_files(folder: str | None) -> list[str]:
+    if not folder or not os.path.isdir(folder):
+        return []
+    return sorted(str(p) for p in Path(folder).iterdir() if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES))
+
 
 def create(source: str, device: str = "cpu", dtype: str = "float32", pretrained: bool = True,
            **model_kwargs: Any) -> TimmClassifier:
@@ -82,7 +111,11 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", pretrained:
         name = f"local-dir:{source}"
     try:
         module = timm.create_model(name, pretrained=pretrained, **model_kwargs)
-    except RuntimeError as exc:
-        raise ShiftbenchError(f"timm cannot create {source!r}: {str(exc).splitlines()[0]}") from None
+    except (RuntimeError, FileNotFoundError, ValueError) as exc:
+        # a state dict that does not fit is a paragraph of keys: one line, the start of it
+        text = " ".join(str(exc).split())
+        raise ShiftbenchError(f"timm cannot create {source!r}: {text[:300]}{'...' if len(text) > 300 else ''}") from None
     data_config = timm.data.resolve_model_data_config(module)
-    return TimmClassifier(module, data_config, f"timm:{source}", device=device, dtype=dtype)
+    model = TimmClassifier(module, data_config, f"timm:{source}", device=device, dtype=dtype)
+    model.weights_folder = os.path.abspath(source) if pretrained and os.path.isdir(source) else None
+    return model

@@ -60,7 +60,7 @@ class U2NetP(Segmenter):
         self.label_space = LabelSpace.foreground()
         self.preprocess = Preprocess(
             size=size, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), resize="exact",
-            interpolation="lanczos", scale_by_max=True,
+            interpolation="lanczos", scale_by_max=True, recipe="tf",
         )
 
     def weight_files(self) -> list[str]:

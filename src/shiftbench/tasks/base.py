@@ -7,7 +7,7 @@ A task object holds, in one place, what differs between tasks once a model is bu
   detections, captions), checked for NaN/inf and length; ``predict(model, samples)`` on samples;
 - ``record(outputs, i, sample, model, space)``: the JSON record the store keeps for sample ``i`` of a batch
   (the report's sample grid, ``log_samples``); ``record_keys`` are the keys every record has;
-- ``plan_labels(model, dataset, label_map, dataset_name)``: the label plan (:mod:`shiftbench.tasks.labels`):
+- ``plan_labels(model, dataset, label_map, dataset_name, class_subset)``: the label plan (:mod:`shiftbench.tasks.labels`):
   the model to run and how labels cross between the dataset's space and the model's;
 - ``default_metrics``: registered metric names that score the task (``metrics_for(model)`` when they depend on
   the model, as for a class-agnostic segmenter).
@@ -50,11 +50,13 @@ class Task:
         label space the outputs' labels are in after the label plan (None: the model's)."""
         raise NotImplementedError
 
-    def plan_labels(self, model: Any, dataset: Any, label_map: Any = None, dataset_name: str = "dataset") -> Any:
-        """Check ``model`` against ``dataset`` and plan the label mapping (:func:`~shiftbench.tasks.labels.plan_labels`)."""
+    def plan_labels(self, model: Any, dataset: Any, label_map: Any = None, dataset_name: str = "dataset",
+                    class_subset: Any = None) -> Any:
+        """Check ``model`` against ``dataset`` and plan the label mapping (:func:`~shiftbench.tasks.labels.plan_labels`),
+        with the spec's class subset (``shiftbench.decisions.ClassSubset``) when it has one."""
         from .labels import plan_labels
 
-        return plan_labels(model, dataset, label_map, dataset_name=dataset_name)
+        return plan_labels(model, dataset, label_map, dataset_name=dataset_name, class_subset=class_subset)
 
     def metrics_for(self, model: Any) -> tuple[str, ...]:
         """The default metrics for this model of the task."""

@@ -35,7 +35,7 @@ class Classification(Task):
         p = np.exp(z - z.max())
         p /= p.sum()
         top = np.argsort(-p, kind="stable")[:5]
-        names = model.label_space.class_names
+        names = (space or model.label_space).class_names  # the plan's space: a class subset, a decision map's
         return {"label": s.label, "pred": int(top[0]), "pred_name": names[int(top[0])],
                 "confidence": round(float(p[top[0]]), 6), "correct": bool(int(top[0]) == s.label),
                 "top5": [int(t) for t in top]}

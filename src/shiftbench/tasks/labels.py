@@ -4,7 +4,11 @@
 :class:`LabelPlan`: the model to run (a configured *copy* for zero-shot classifiers, so the caller's
 object is never changed), and how labels cross between the dataset's space and the model's:
 
-- classification: each sample's class (a dataset slot) becomes the model's output index;
+- classification: each sample's class (a dataset slot) becomes the model's output index; a spec's class
+  subset (``class_subset``, shiftbench.decisions.ClassSubset) keeps the logits at the subset's columns only, the
+  subset becoming the model's space, and a dataset's decision map (``decision_map``, e.g. the 16 entry-level
+  categories of the shape-bias protocol) turns the 1,000 outputs into its categories' aggregated probabilities:
+  both act in :meth:`LabelPlan.outputs`, before every metric and record;
 - segmentation: each mask value becomes the model's class (255, the void label, stays 255);
   class-agnostic segmenters accept any dataset with masks;
 - detection: each predicted label (a model slot) becomes the dataset's label (a COCO category id for
@@ -24,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..decisions import ClassSubset, DecisionMap
 from ..errors import ShiftbenchError, SpecError
 from ..labelspace import LabelSpace, map_spaces, recognize, suggest_class
 from ..sample import Sample
@@ -59,6 +64,9 @@ class LabelPlan:
     num_classes: int | None = None  # the model's space size (sizes miou's confusion matrix)
     output_space: LabelSpace | None = None  # the space of the labels that ``outputs`` returns
     uses_map: bool = False  # whether the spec's label_map decided this plan (else it was only checked)
+    columns: tuple[int, ...] | None = None  # a class subset: the model's output columns kept, in this order
+    decision: DecisionMap | None = None  # a dataset's decision map: the categories the outputs are aggregated into
+    decision_columns: tuple[tuple[int, ...], ...] | None = None  # each category's columns in the model's outputs
 
     def __post_init__(self) -> None:
         if self.output_space is None:
@@ -71,7 +79,13 @@ class LabelPlan:
         out = []
         for s in samples:
             if self.task == "classification":
-                out.append(s if s.label is None else s.replace(label=self._slot(int(s.label), s.id)))
+                if s.label is None:
+                    out.append(s)
+                    continue
+                meta = s.meta
+                if isinstance(meta.get("texture_label"), int):  # a cue-conflict image's second class follows
+                    meta = dict(meta, texture_label=self._slot(int(meta["texture_label"]), s.id))
+                out.append(s.replace(label=self._slot(int(s.label), s.id), meta=meta))
             else:
                 mask = s.meta.get("segmentation", s.mask)
                 if mask is None:
@@ -83,7 +97,12 @@ class LabelPlan:
         return out
 
     def outputs(self, outputs: Any) -> Any:
-        """Detections with labels in the dataset's space (predictions of classes it lacks left out)."""
+        """Logits read as the plan says (a class subset's columns; a decision map's categories), detections with
+        labels in the dataset's space (predictions of classes it lacks left out); other outputs as they are."""
+        if self.task == "classification" and self.columns is not None:
+            return np.ascontiguousarray(np.asarray(outputs)[:, list(self.columns)])
+        if self.task == "classification" and self.decision is not None:
+            return self.decision.scores(outputs, self.decision_columns)
         if self.to_model is None or self.task != "detection":
             return outputs
         from ..models.base import Detections
@@ -133,13 +152,18 @@ def _hint(model_space: LabelSpace, task: str | None = None) -> str:
 
 
 def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = None,
-                dataset_name: str = "dataset") -> LabelPlan:
+                dataset_name: str = "dataset", class_subset: ClassSubset | None = None) -> LabelPlan:
     """Check ``model`` against ``dataset`` and plan the label mapping; ShiftbenchError (one line) if they do
-    not fit. Zero-shot classifiers get a copy pointed at the dataset's classes."""
+    not fit. Zero-shot classifiers get a copy pointed at the dataset's classes (at the subset's classes with a
+    ``class_subset``). A ``class_subset`` must hold every class the dataset has (SpecError naming the spec key
+    otherwise); a dataset's ``decision_map`` decides an ImageNet-1k classifier's outputs in its categories."""
     name = getattr(model, "name", type(model).__name__)
     task = getattr(model, "task", None)
     model_space = getattr(model, "label_space", None)
     annotations = tuple(getattr(dataset, "annotations", ()) or ())
+    if class_subset is not None and task != "classification":
+        raise SpecError(f"{class_subset.where}: model {name!r} is a {task} model; a class subset restricts the outputs "
+                        "of classifiers only")
     if task == "captioning" or (task == "segmentation" and getattr(model, "class_agnostic", False)):
         if label_map:  # no classes to map: the map is another model's, its dataset classes are checked here
             _check_map_keys(label_map, dataset, name, dataset_name)
@@ -148,9 +172,11 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
                                   f"(annotations: {', '.join(annotations)})")
         return LabelPlan(model, task)
     space = dataset_label_space(dataset, task or "")
-    if space is None and label_map:
-        raise SpecError(f"model {name!r}: label_map: {dataset_name} declares no label space (no label_space, no "
-                        "class_names), so the map cannot be checked; give the dataset its class names or remove it")
+    if space is None and (label_map or class_subset is not None):
+        key, what = ((class_subset.where, "its classes cannot be checked against the subset") if class_subset is not None
+                     else (f"model {name!r}: label_map", "the map cannot be checked"))
+        raise SpecError(f"{key}: {dataset_name} declares no label space (no label_space, no class_names), so {what}; "
+                        "give the dataset its class names or remove it")
     if space is None:
         if task == "segmentation" and "mask" in annotations:
             raise ShiftbenchError(f"model {name!r} predicts classes {model_space.describe() if model_space else ''} "
@@ -160,6 +186,8 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
             raise ShiftbenchError(f"model {name!r} is a segmenter but {dataset_name} has no masks")
         log.info("%s declares no label space: its labels are taken as model %s's class indices", dataset_name, name)
         return LabelPlan(model, task, None, model_space.num_classes if model_space else None)
+    if task == "classification" and getattr(model, "kind", "") == "zero_shot_classifier" and class_subset is not None:
+        return _zero_shot_subset(model, space, dataset, dataset_name, label_map, class_subset)
     if task == "classification" and getattr(model, "kind", "") == "zero_shot_classifier":
         if model_space is None or not model_space.same_as(space):
             if len(space.used) != space.num_classes:
@@ -172,15 +200,94 @@ def plan_labels(model: Any, dataset: Any, label_map: Mapping[str, Any] | None = 
         return LabelPlan(model, task, None, space.num_classes)
     if model_space is None:
         raise ShiftbenchError(f"model {name!r} declares no label space; it cannot be checked against {dataset_name}")
+    decided = _decision_plan(model, space, dataset, dataset_name, label_map, class_subset)
+    if decided is not None:
+        return decided
     mapping = _mapped(space, model_space, label_map, name)
     if mapping is None:
         raise ShiftbenchError(f"model {name!r} predicts label space {model_space.describe()} but {dataset_name} has "
                               f"{space.describe()} and no exact mapping exists; {_hint(model_space, task)}")
+    if class_subset is not None:  # the logits at the subset's columns: the subset is the model's space now
+        return _subset_plan(model, mapping, space, dataset, label_map, class_subset)
     # the same slots on both sides (a label_map may remap even between equal spaces); a detector's extra
     # classes must still be filtered out, so detection keeps the explicit map unless the spaces are the same
     identity = _straight(mapping, space) and (task != "detection" or space.same_as(model_space))
     return LabelPlan(model, task, None if identity else mapping, model_space.num_classes,
                      space if task == "detection" and not identity else model_space, uses_map=bool(label_map))
+
+
+def _zero_shot_subset(model: Any, space: LabelSpace, dataset: Any, dataset_name: str,
+                      label_map: Mapping[str, Any] | None, class_subset: ClassSubset) -> LabelPlan:
+    """A zero-shot classifier with a class subset: a copy set to the subset's classes (its prompts), the dataset's
+    classes found among ImageNet-1k's (exactly, or by ``label_map``), then in the subset."""
+    name = getattr(model, "name", type(model).__name__)
+    imagenet = LabelSpace.imagenet1k()
+    full = _mapped(space, imagenet, label_map, name)
+    if full is None:
+        raise SpecError(f"{class_subset.where}: {dataset_name} has {space.describe()}, which are not ImageNet-1k "
+                        f"classes, so they cannot be found in {class_subset.label}; {_hint(imagenet, model.task)}")
+    subset = class_subset.space()
+    columns = class_subset.columns(imagenet)
+    assert columns is not None  # a subset is made of ImageNet-1k classes
+    model = copy.copy(model)  # the caller's object keeps its classes
+    model.set_classes(subset)
+    return LabelPlan(model, model.task, _into_subset(full, columns, space, dataset, class_subset), subset.num_classes,
+                     uses_map=bool(label_map))
+
+
+def _decision_plan(model: Any, space: LabelSpace, dataset: Any, dataset_name: str,
+                   label_map: Mapping[str, Any] | None, class_subset: ClassSubset | None) -> LabelPlan | None:
+    """The plan of a classifier on a dataset whose categories its outputs decide (the dataset's ``decision_map``,
+    e.g. the shape-bias protocol's 16 categories from ImageNet-1k outputs), or None when that does not apply: no
+    map, a model without the map's classes, a ``label_map`` (the user's mapping wins) or the dataset's own space."""
+    decision: DecisionMap | None = getattr(dataset, "decision_map", None)
+    model_space = model.label_space
+    groups = decision.columns(model_space) if decision is not None and model.task == "classification" else None
+    if decision is None or groups is None or label_map or space.same_as(model_space):
+        return None
+    if class_subset is not None:
+        raise SpecError(f"{class_subset.where}: {dataset_name} decides its {space.num_classes} categories from the "
+                        f"1,000 ImageNet outputs ({decision.name}, {decision.aggregation} of the probabilities); "
+                        "a class subset would remove outputs the categories aggregate; remove class_subset")
+    return LabelPlan(model, model.task, None, space.num_classes, space, decision=decision, decision_columns=groups)
+
+
+def _subset_plan(model: Any, mapping: list[int], space: LabelSpace, dataset: Any, label_map: Mapping[str, Any] | None,
+                 class_subset: ClassSubset) -> LabelPlan:
+    """A classifier with a class subset: its logits kept at the subset's columns (the subset becomes its space),
+    the dataset's classes (``mapping``: their model slots) mapped into the subset."""
+    name = getattr(model, "name", type(model).__name__)
+    columns = class_subset.columns(model.label_space)
+    if columns is None:
+        missing = [w for w in class_subset.wnids if model.label_space.resolve(w) is None]
+        raise SpecError(f"{class_subset.where}: model {name!r} predicts {model.label_space.describe()}, which lacks "
+                        f"{len(missing)} of the classes of {class_subset.label} (first: {', '.join(missing[:3])})")
+    subset = class_subset.space()
+    return LabelPlan(model, model.task, _into_subset(mapping, columns, space, dataset, class_subset), subset.num_classes,
+                     subset, uses_map=bool(label_map), columns=tuple(columns))
+
+
+def _into_subset(mapping: list[int], columns: list[int], space: LabelSpace, dataset: Any,
+                 subset: ClassSubset) -> list[int]:
+    """The subset slot of every dataset slot, given its slot in the full space (``mapping``) and the subset's
+    columns there; SpecError naming the spec key when a class the dataset has is not in the subset. The classes
+    a dataset has are those its reader names (``labels_used()``: an image folder's class folders), else every
+    class of its label space."""
+    position = {c: k for k, c in enumerate(columns)}
+    used = getattr(dataset, "labels_used", None)
+    present = used() if callable(used) else None
+    present = sorted(present) if present is not None else list(space.used)
+    missing = [d for d in present if mapping[d] >= 0 and mapping[d] not in position]
+    if missing:
+        def shown(d: int) -> str:
+            name, ident = space.class_names[d], space.ids[d]
+            return repr(name) + (f" ({ident})" if ident and ident != name else "")
+
+        listed = ", ".join(shown(d) for d in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise SpecError(f"{subset.where}: {len(missing)} of the dataset's {len(present)} classes "
+                        f"{'is' if len(missing) == 1 else 'are'} not in {subset.label}: {listed}")
+    keep = set(present)
+    return [position[m] if d in keep and m >= 0 else -1 for d, m in enumerate(mapping)]
 
 
 def _mapped(space: LabelSpace, model_space: LabelSpace, label_map: Mapping[str, Any] | None,

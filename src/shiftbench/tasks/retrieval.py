@@ -44,9 +44,15 @@ class Retrieval(Task):
         return {"target": q.target_id, "rank": int(outputs.ranks[i]), "text": q.text,
                 "top": [outputs.gallery_ids[j] for j in outputs.top[i, :TOPK_LOGGED]]}
 
-    def plan_labels(self, model: Any, dataset: Any, label_map: Any = None, dataset_name: str = "dataset") -> Any:
-        """Retrieval has no classes: nothing to check or map."""
+    def plan_labels(self, model: Any, dataset: Any, label_map: Any = None, dataset_name: str = "dataset",
+                    class_subset: Any = None) -> Any:
+        """Retrieval has no classes: nothing to check or map (a class subset is refused)."""
+        from ..errors import SpecError
         from .labels import LabelPlan
+
+        if class_subset is not None:
+            raise SpecError(f"{class_subset.where}: model {getattr(model, 'name', '?')!r} is a retrieval model; a class "
+                            "subset restricts the outputs of classifiers only")
 
         return LabelPlan(model, self.name)
 

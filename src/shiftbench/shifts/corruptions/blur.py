@@ -138,7 +138,7 @@ class DefocusBlur(Corruption):
 @lru_cache(maxsize=32)
 def _disk_spectrum(rows: int, cols: int, radius: int | float, alias_blur: float) -> np.ndarray:
     kernel = defocus_kernel(radius, alias_blur)
-    padded = np.zeros((rows, cols), dtype=np.float32)
+    padded = np.zeros((rows, cols), dtype=np.float64)
     padded[: kernel.shape[0], : kernel.shape[1]] = kernel
     return cv2.dft(padded)
 
@@ -149,6 +149,10 @@ def disk_convolve(image: np.ndarray, radius: int | float, alias_blur: float) -> 
     The disk is dense (up to 21x21), so a DFT beats direct taps; unlike ``cv2.filter2D`` this
     keeps the kernel's spectrum across calls (one per image size and severity). The kernel is
     symmetric, so convolution and correlation agree.
+
+    The same bytes on every processor: the DFT runs in float64 and a value within 1e-6 of a whole grey level is
+    that level, so the truncation to uint8 that follows never depends on the last bits of a SIMD sum (in float32,
+    a flat region's 100 came out as 99.99998 on one processor and 100.00001 on another, and truncated to 99 or 100).
     """
     h, w = image.shape[:2]
     half = defocus_kernel(radius, alias_blur).shape[0] // 2
@@ -157,11 +161,13 @@ def disk_convolve(image: np.ndarray, radius: int | float, alias_blur: float) -> 
     spectrum = _disk_spectrum(rows, cols, radius, alias_blur)
     padded = cv2.copyMakeBorder(image, half, rows - h - half, half, cols - w - half, cv2.BORDER_REFLECT_101)
     planes = []
-    for plane in cv2.split(padded.astype(np.float32)):
+    for plane in cv2.split(padded.astype(np.float64)):
         product = cv2.mulSpectrums(cv2.dft(plane), spectrum, 0)
         full = cv2.dft(product, flags=cv2.DFT_INVERSE | cv2.DFT_SCALE | cv2.DFT_REAL_OUTPUT)
         planes.append(full[2 * half : 2 * half + h, 2 * half : 2 * half + w])
-    return cv2.merge(planes)
+    out = cv2.merge(planes)
+    whole = np.rint(out)
+    return np.where(np.abs(out - whole) < 1e-6, whole, out)
 
 
 @SHIFTS.register("glass_blur", description="Frosted-glass blur: blur, local pixel shuffle, blur (ImageNet-C)", group="blur")
