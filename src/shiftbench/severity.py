@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
@@ -64,17 +65,21 @@ def label(value: Any) -> str:
     return str(v) if isinstance(v, int) else repr(v)
 
 
-def _grid(lo: float, hi: float, step: float, where: str) -> list[Severity]:
-    if step <= 0:
-        raise SeverityError(f"{where}: the step of a severity grid must be positive, got {step:g}")
-    count = (hi - lo) / step
-    n = int(round(count))
-    if abs(count - n) > 1e-9 * max(1.0, count):
-        raise SeverityError(f"{where}: step {step:g} does not divide {lo:g}-{hi:g} into whole steps")
+def _grid(lo: str, hi: str, step: str, where: str) -> list[Severity]:
+    """The grid ``lo, lo + step, ..., hi`` from the written decimals, computed exactly (``fractions``): the step must
+    divide the range exactly, and the last point is ``hi`` itself (1-5:0.9999999999 is refused, never planned as
+    4.9999999996)."""
+    a, b, d = Fraction(lo), Fraction(hi), Fraction(step)
+    if d <= 0:
+        raise SeverityError(f"{where}: the step of a severity grid must be positive, got {step}")
+    count = (b - a) / d
+    if count.denominator != 1:
+        raise SeverityError(f"{where}: step {step} does not divide {lo}-{hi} into whole steps")
+    n = int(count)
     if n + 1 > MAX_GRID:
-        raise SeverityError(f"{where}: {lo:g}-{hi:g}:{step:g} gives {n + 1} severities, more than {MAX_GRID}")
-    # each point computed from its index (no accumulated error), rounded to 12 places: 1 + 3*0.1 is 1.3
-    return [canonical(round(lo + i * step, 12)) for i in range(n + 1)]
+        raise SeverityError(f"{where}: {lo}-{hi}:{step} gives {n + 1} severities, more than {MAX_GRID}")
+    # each point exact as a fraction, then the nearest float: 1 + 3*0.1 is 1.3, and the ends are lo and hi
+    return [canonical(float(a + i * d)) for i in range(n + 1)]
 
 
 def parse(value: Any, where: str = "severities") -> tuple[Severity, ...]:
@@ -90,11 +95,9 @@ def parse(value: Any, where: str = "severities") -> tuple[Severity, ...]:
         for part in (p.strip() for p in value.split(",")):
             m = re.fullmatch(rf"({_NUMBER})\s*-\s*({_NUMBER})(?:\s*:\s*({_NUMBER}))?", part)
             if m:
-                lo, hi = float(m.group(1)), float(m.group(2))
-                if lo > hi:
+                if Fraction(m.group(1)) > Fraction(m.group(2)):
                     raise SeverityError(f"{where}: the range {part!r} is empty")
-                step = float(m.group(3)) if m.group(3) else 1.0
-                out.extend(_grid(lo, hi, step, where))
+                out.extend(_grid(m.group(1), m.group(2), m.group(3) or "1", where))
             elif re.fullmatch(_NUMBER, part):
                 out.append(canonical(float(part), where))
             else:

@@ -211,3 +211,48 @@ def test_grids_hold_both_ends_and_even_steps(lo, span, per_unit):
     assert len(grid) == (hi - lo) * per_unit + 1 and len(set(grid)) == len(grid)
     assert all(math.isclose(b - a, step, abs_tol=1e-9) for a, b in zip(grid, grid[1:]))
     assert [v for v in grid if isinstance(v, int)] == list(range(lo, hi + 1))
+
+
+def _decimal(draw_int: int, places: int) -> str:
+    """``draw_int / 10**places`` written as a decimal (``"4.9999999996"``), the way a user writes a grid."""
+    whole, frac = divmod(draw_int, 10 ** places)
+    return f"{whole}.{frac:0{places}d}" if places else str(whole)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(lo=st.integers(0, 10 ** 6), span=st.integers(0, 10 ** 6), step=st.integers(1, 10 ** 6),
+       places=st.integers(0, 12), multiple=st.one_of(st.none(), st.integers(0, 450)))
+def test_a_grid_of_any_step_ends_exactly_at_its_end_or_is_refused(lo, span, step, places, multiple):
+    """promise: nothing silently wrong. A grid ``lo-hi:step`` of any written step either holds exactly lo and hi
+    as its ends (hi is never planned as 4.9999999996, which would silently leave mCE and the RobustBench export)
+    with every point the nearest float to the exact decimal point, or is refused in one line naming the grid."""
+    from fractions import Fraction
+
+    span = span if multiple is None else multiple * step  # half the cases divide exactly
+    a, b, d = (_decimal(v, places) for v in (lo, lo + span, step))
+    text = f"{a}-{b}:{d}"
+    exact_count = Fraction(span, step)
+    try:
+        grid = parse(text)
+    except SeverityError as exc:
+        message = str(exc)
+        assert "\n" not in message and message.startswith("severities: ")
+        assert exact_count.denominator != 1 or exact_count + 1 > 401, (text, message)
+        return
+    assert exact_count.denominator == 1 and len(grid) == exact_count + 1
+    assert grid[0] == canonical(float(Fraction(a))) and grid[-1] == canonical(float(Fraction(b)))
+    assert list(grid) == [canonical(float(Fraction(a) + i * Fraction(d))) for i in range(len(grid))]
+    assert all(isinstance(v, int) for v in grid if float(v).is_integer())
+
+
+@pytest.mark.parametrize("text, want", [("1-5:0.9999999999", None), ("1-5:1.3333333333", None), ("0-1:0.1", 11),
+                                        ("1-5:0.4", 11), ("0-10:0.7", None), ("1-5:1", 5)])
+def test_steps_that_nearly_divide_are_refused_not_rounded(text, want):
+    """promise: nothing silently wrong. The reported grids: a step within 1e-9 of dividing the range used to be
+    planned with its last point short of the end (4.9999999996); it is now refused."""
+    if want is None:
+        with pytest.raises(SeverityError, match="does not divide"):
+            parse(text)
+    else:
+        grid = parse(text)
+        assert len(grid) == want and grid[-1] == int(text.split("-")[1].split(":")[0])

@@ -13,6 +13,7 @@ import contextlib
 import os
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator, Self
 
@@ -93,7 +94,8 @@ CREATE TABLE IF NOT EXISTS predictions (
 
 
 # added after schema 1 was released: stores made before it get the table when next opened for writing
-# (and simply hold no per-sample values); a read-only older store reads as having none
+# (and simply hold no per-sample values); a reader (report, export, leaderboard) never adds it: an older
+# store read by one reads as having none, and its bytes stay as they were
 _SAMPLES_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS samples"):].split(";")[0]
 
 
@@ -145,7 +147,7 @@ class Database:
         self._timeout = timeout
         self._create = create
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
+            self._conn = self._connect()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open store ({_reason(exc)})") from None
         self._conn.row_factory = sqlite3.Row
@@ -159,6 +161,39 @@ class Database:
             raise
 
     # -- plumbing -----------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        """A writer's connection, or (``create=False``) a reader's that never changes the file's bytes.
+
+        A reader never upgrades an older schema nor switches the journal mode; it reads with writes turned off
+        (``query_only``). When a write-ahead log is present (a run in progress, or one killed before SQLite
+        folded its log into the file), the reader opens the file read-only (``mode=ro``): closing it then never
+        folds that log into the file, which a read-write connection closing last would do. Without a log, a
+        read-write connection is kept so that the companion files SQLite makes while reading are removed on close.
+        """
+        if self._create:
+            return sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None)
+        if Path(f"{self.path}-wal").exists():
+            uri = "file:" + urllib.parse.quote(str(self.path.resolve())) + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=self._timeout, isolation_level=None)
+        else:
+            conn = sqlite3.connect(str(self.path), timeout=self._timeout, isolation_level=None)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    def _open_to_read(self, conn: sqlite3.Connection, marker: str | None) -> None:
+        """A reader's checks: a shiftbench store of this schema, read as it is (no upgrade, no pragma written)."""
+        if marker is None:
+            self._refuse_foreign(conn)  # no tables at all, or someone else's
+            try:
+                has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise self._unusable(exc) from None
+            if has_meta:
+                raise StoreError(f"{self.path}: not a shiftbench store (no schema marker)")
+            raise StoreError(f"{self.path}: cannot read the store: another process is creating it; try again when it has started")
+        if marker != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema {marker} is not supported (this version reads {SCHEMA_VERSION})")
+
     def _open(self) -> None:
         """Check the schema marker, creating the schema when the database is empty.
 
@@ -171,6 +206,9 @@ class Database:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         marker = self._marker(conn)
+        if not self._create:
+            self._open_to_read(conn, marker)
+            return
         current = marker == SCHEMA_VERSION
         if marker is None:
             self._refuse_foreign(conn)  # before the pragmas below write to the file
