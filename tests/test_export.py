@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections import defaultdict
 from pathlib import Path
+from unittest.mock import ANY
 
 import jsonschema
 import numpy as np
@@ -19,7 +20,7 @@ import pytest
 
 from samples_synth import synthetic_samples
 from shiftbench.cli import main
-from shiftbench.files import is_temp
+from shiftbench.files import file_stem, is_temp
 from shiftbench.metrics.robustness import IMAGENET_C_CORRUPTIONS
 from shiftbench.metrics.uncertainty import sample_statistic
 from shiftbench.report import build_report
@@ -194,9 +195,14 @@ def test_robustbench_numbers_read_back_exactly(tmp_path, capsys):
     assert code == 0
     assert len(notes(err)) == 2 and "severities 2.5 left out" in err and "background_color" in err
     folder = tmp_path / "rb/model_info/objects/corruptions"
-    assert files_of(folder) == ["m_a.json", "m_b_x_1.json", "unaggregated_results.csv"]
+    odd = file_stem("m_b:x/1")  # a name that is no file name: its slug and the hash of the whole name
+    assert odd.startswith("m_b_x_1-") and len(odd) == len("m_b_x_1-") + 10
+    assert files_of(folder) == ["m_a.json", f"{odd}.json", "unaggregated_results.csv"]
+    record = json.loads((tmp_path / "rb" / ".shiftbench-export.json").read_text())
+    assert record["names"][f"model_info/objects/corruptions/{odd}.json"] == {"run": ANY, "dataset": "objects",
+                                                                            "model": "m_b:x/1"}
     columns, table = read_csv(folder / "unaggregated_results.csv")
-    for model, stem in (("m_a", "m_a"), ("m_b:x/1", "m_b_x_1")):
+    for model, stem in (("m_a", "m_a"), ("m_b:x/1", odd)):
         cells = {(r["shift"], r["severity"]): r["value"] for r in rows if r["model"] == model}
         assert table[stem] == [cells[c] for c in columns]  # exact: repr round-trips
         info = json.loads((folder / f"{stem}.json").read_text())
@@ -207,9 +213,9 @@ def test_robustbench_numbers_read_back_exactly(tmp_path, capsys):
         assert info["corruptions_acc"] == f"{100 * np.mean(protocol):.2f}"
     pd = pytest.importorskip("pandas")
     frame = pd.read_csv(folder / "unaggregated_results.csv", header=[0, 1], index_col=0)
-    assert list(frame.index) == ["m_a", "m_b_x_1"]
+    assert list(frame.index) == ["m_a", odd]
     assert [(c, int(s)) for c, s in frame.columns] == columns
-    assert frame.to_numpy().tolist() == [table["m_a"], table["m_b_x_1"]]
+    assert frame.to_numpy().tolist() == [table["m_a"], table[odd]]
 
 
 def test_robustbench_corruptions_are_imagenet_cs_fifteen_and_the_doctests_run():

@@ -319,6 +319,8 @@ def _print_plan(plan, store: str, defaults: bool = False) -> None:
     if plan.conditions and spec.on_error == "fail":  # what prepare asked of the data (engine/evaluate.py)
         say(f"checked: every shift's params drawn on the first batch ({min(spec.batch_size, plan.samples)} "
             "samples) of every condition")
+    if plan.conditions:  # engine/evaluate.py: _check_metrics, whatever on_error says
+        say("checked: what every metric needs of a sample (Metric.needs) and of the model's outputs, on the first batch")
     engine = spec.engine
     if engine.ray:
         say(f"engine: ray ({engine.address or 'a local cluster'}; units of "
@@ -507,11 +509,14 @@ def demo_cmd(out: str, quick: bool) -> None:
                    "gamma-text, breaks-at, ...")
 def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) -> None:
     """One row per (model, weights) across STORES and their runs, ranked, ties within noise marked (≈)."""
+    from .files import out_folder
     from .report.leaderboard import leaderboard, to_markdown, write_leaderboard
 
+    if out is not None:
+        out_folder(out, "leaderboard")  # an empty --out refused before anything is printed
     board = leaderboard(list(stores), by=by)
     click.echo(to_markdown(board), nl=False)
-    if out:
+    if out is not None:
         md, html = write_leaderboard(board, out)
         _console().print(f"leaderboard: {md} and {html}", soft_wrap=True, markup=False)
 

@@ -16,6 +16,7 @@ exact pattern and whose process has ended (:func:`remove_stale_temps`): a user's
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -197,3 +198,83 @@ def read_files_record(record: str | os.PathLike, kind: str) -> set[str] | None:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     raise ShiftbenchError(f"{kind}: {record} is not the record of a shiftbench {kind}; use another --out")
+
+
+def out_folder(out: str | os.PathLike, command: str) -> Path:
+    """``out`` as a Path, refusing a value that names no folder: empty or only spaces (``Path("")`` is the
+    current folder, where the files would land unasked), or holding a NUL (no file system takes one).
+
+    >>> out_folder("res", "export").name
+    'res'
+    >>> out_folder(" ", "export")
+    Traceback (most recent call last):
+    ...
+    shiftbench.errors.ShiftbenchError: export: --out is empty; give a folder
+    """
+    text = os.fspath(out)
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    if not text.strip():
+        raise ShiftbenchError(f"{command}: --out is empty; give a folder")
+    if "\x00" in text:
+        raise ShiftbenchError(f"{command}: --out {text!r} holds a NUL character; give a folder name without it")
+    return Path(out)
+
+
+# a file name made from a name (a model label, a run id, a dataset): what every file system takes
+STEM_CHARS = 64  # the readable part; with its hash, a suffix and an extension far below NAME_MAX (255 bytes)
+_WINDOWS_RESERVED = re.compile(r"(?i)^(con|prn|aux|nul|com[0-9¹²³]|lpt[0-9¹²³]|conin\$|conout\$)$")
+
+
+def _name_hash(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def file_stem(name: str, hashed: bool = False) -> str:
+    """A file name (without extension) for ``name``: ASCII letters, digits, ``.``, ``_`` and ``-`` only (runs of
+    anything else become ``_``), at most 64 of them, never starting or ending with ``.``, ``_`` or ``-``, never
+    a Windows device name (``CON``, ``nul.txt``); when that changes the name (or ``hashed``), the first 10 hex
+    digits of the SHA-256 of the whole name are added, so two names never meet by being cut or replaced.
+
+    >>> file_stem("efficientnet_lite0"), file_stem("m:x/1"), file_stem("..")
+    ('efficientnet_lite0', 'm_x_1-6e0bd1b3b3', '5ec1f7e700')
+    >>> len(file_stem("x" * 1000)), file_stem("CON")
+    (75, 'CON-a3dbc4b644')
+    """
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._-")
+    readable = slug[:STEM_CHARS].rstrip("._-")
+    first, dot, rest = readable.partition(".")
+    device = _WINDOWS_RESERVED.match(first) is not None  # Windows reads 'con.txt' as the device CON too
+    if readable and readable == name and not hashed and not device:
+        return readable
+    if not readable:
+        return _name_hash(name)
+    return f"{first}-{_name_hash(name)}{dot}{rest}" if device else f"{readable}-{_name_hash(name)}"
+
+
+def file_stems(names: Iterable[str]) -> dict[str, str]:
+    """A :func:`file_stem` per distinct name, no two equal once case is folded (a case-insensitive file system,
+    macOS' and Windows' defaults, would make them one file): names whose stems fold to one stem all get their
+    hash, whatever the order they come in; a clash left after that (a hash meeting a name) is numbered, in
+    the names' sorted order.
+
+    >>> file_stems(["Ab", "ab", "c"])
+    {'Ab': 'Ab-025b5573cb', 'ab': 'ab-fb8e20fc2e', 'c': 'c'}
+    """
+    stems = {n: file_stem(n) for n in dict.fromkeys(names)}
+    folded: dict[str, list[str]] = {}
+    for n, s in stems.items():
+        folded.setdefault(s.casefold(), []).append(n)
+    for members in folded.values():
+        if len(members) > 1:
+            for n in members:
+                stems[n] = file_stem(n, hashed=True)
+    taken: set[str] = set()
+    final: dict[str, str] = {}
+    for n in sorted(stems):
+        stem, k = stems[n], 1
+        while stem.casefold() in taken:
+            k += 1
+            stem = f"{stems[n]}-{k}"
+        taken.add(stem.casefold())
+        final[n] = stem
+    return {n: final[n] for n in stems}

@@ -11,7 +11,10 @@ here sees, to the float, the tensor its own library's eval transform would give 
   ``int(int * long / short)`` (truncated);
 - **pixels** (:func:`resize`): Pillow's ``Image.resize`` with the named filter; it antialiases when it reduces
   (the filter's support grows with the scale), as torchvision does on PIL images;
-- **crop** (:func:`crop_corner`): ``top = int(round((h - crop_h) / 2.0))``, ``left`` likewise (halves to even).
+- **crop** (:func:`crop_corner`): ``top = int(round((h - crop_h) / 2.0))``, ``left`` likewise (halves to even);
+- **limit** (:data:`LIMIT`): no size a user gives, and no resize, makes an image over :data:`MAX_SIDE` px per side
+  or :data:`MAX_PIXELS` px in all (:func:`check_size`, :func:`check_shorter` where a size is
+  given, :func:`check_pixels` before Pillow is called).
 
 :func:`pil_weights` gives Pillow's coefficients along one axis as integers in its fixed point (22 fraction
 bits), and :func:`resize_tensor` applies them to a uint8 torch tensor with Pillow's rounding and clipping after
@@ -39,8 +42,9 @@ import numpy as np
 
 from .errors import ShiftbenchError
 
-__all__ = ["INTERPOLATIONS", "PRECISION_BITS", "resized_size", "crop_corner", "resize", "pil_weights",
-           "resize_tensor", "vertical_first", "nearest_index", "resize_nearest", "crop_then_resize",
+__all__ = ["INTERPOLATIONS", "PRECISION_BITS", "MAX_SIDE", "MAX_PIXELS", "MAX_SHORTER", "SizeError", "LIMIT",
+           "check_pixels", "check_size", "check_shorter", "resized_size", "crop_corner", "resize",
+           "pil_weights", "resize_tensor", "vertical_first", "nearest_index", "resize_nearest", "crop_then_resize",
            "crop_then_resize_tensor", "tf_crop_box", "opencv_weights", "check_interpolation"]
 
 # name -> Pillow filter (Image.Resampling.<NAME>); "area" is Pillow's BOX filter (each output pixel the mean of
@@ -48,6 +52,55 @@ __all__ = ["INTERPOLATIONS", "PRECISION_BITS", "resized_size", "crop_corner", "r
 INTERPOLATIONS = {"bilinear": "BILINEAR", "bicubic": "BICUBIC", "nearest": "NEAREST", "area": "BOX",
                   "lanczos": "LANCZOS", "hamming": "HAMMING"}
 PRECISION_BITS = 32 - 8 - 2  # Pillow's fixed point for 8-bit images (Resample.c)
+
+# The largest image a size given by a user may make: a preprocess resize or crop, a model's input size or resize
+# size, a shift's working size. Checked where the size is given (a spec, a command-line option, a model's or a
+# shift's parameters), so that a slip such as ``resize: 1000000`` is one line rather than Pillow's MemoryError
+# deep inside the run; :func:`resize` checks its output size too (a resize of the shorter side makes a long
+# thin image longer still). 8192 x 8192 x 3 bytes is 192 MiB, and a shift's float64 copy 1.5 GiB.
+MAX_SIDE = 16384  # pixels per side
+MAX_PIXELS = 8192 * 8192  # pixels in all (67,108,864)
+MAX_SHORTER = math.isqrt(MAX_PIXELS)  # the largest shorter side: it makes at least a square of that side
+LIMIT = f"{MAX_SIDE} px per side and {MAX_PIXELS} px in all ({MAX_SHORTER}x{MAX_SHORTER})"
+
+
+class SizeError(ShiftbenchError, ValueError):
+    """A size in pixels that is not a positive integer, or that makes an image over the limit (:data:`LIMIT`)."""
+
+
+def check_pixels(height: int, width: int, where: str) -> tuple[int, int]:
+    """(height, width) when an image of that size is within the limit, else one :class:`SizeError` line.
+
+    >>> check_pixels(8192, 8192, "crop")
+    (8192, 8192)
+    >>> check_pixels(1, 16385, "crop")
+    Traceback (most recent call last):
+    ...
+    shiftbench.resize.SizeError: crop: 1x16385 px is over the limit of 16384 px per side and 67108864 px in all (8192x8192)
+    """
+    if height > MAX_SIDE or width > MAX_SIDE or height * width > MAX_PIXELS:
+        raise SizeError(f"{where}: {height}x{width} px is over the limit of {LIMIT}")
+    return int(height), int(width)
+
+
+def check_size(value: Any, where: str) -> tuple[int, int]:
+    """A (height, width) in pixels (one integer for a square), each side and the whole within the limit."""
+    pair = [value, value] if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
+            isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in pair):
+        raise SizeError(f"{where}: expected a positive integer or [height, width] (pixels), got {value!r}")
+    return check_pixels(int(pair[0]), int(pair[1]), where)
+
+
+def check_shorter(value: Any, where: str) -> int:
+    """The shorter side of a resize (``Resize(int)``): it makes at least a square of that side, so at most
+    :data:`MAX_SHORTER`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise SizeError(f"{where}: expected a positive integer (pixels), got {value!r}")
+    if value > MAX_SHORTER:
+        raise SizeError(f"{where}: {value} resizes an image to at least {value}x{value} px, over the limit of "
+                        f"{LIMIT}; give at most {MAX_SHORTER}")
+    return value
 
 
 def check_interpolation(name: str, where: str = "interpolation") -> str:
@@ -87,6 +140,7 @@ def resize(image: np.ndarray, size: tuple[int, int], interpolation: str = "bilin
     if image.shape[:2] == (h, w):
         return image
     check_interpolation(interpolation)
+    check_pixels(h, w, f"resizing a {image.shape[0]}x{image.shape[1]} image")
     resample = getattr(Image.Resampling, INTERPOLATIONS[interpolation])
     return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((w, h), resample))
 
@@ -207,6 +261,7 @@ def resize_tensor(images: Any, size: tuple[int, int], interpolation: str = "bili
 
     h, w = int(images.shape[-2]), int(images.shape[-1])
     th, tw = int(size[0]), int(size[1])
+    check_pixels(th, tw, f"resizing a {h}x{w} image")
     x = images.to(torch.float64)
     half, unit = float(1 << (PRECISION_BITS - 1)), float(1 << PRECISION_BITS)
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -166,23 +167,34 @@ def test_full_disk_in_the_cli_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     assert not any(p.name.startswith("r.db") for p in tmp_path.iterdir())  # no result: no store left
 
 
-def test_weight_hashes_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+def test_weight_hashes_are_cached_by_path_size_and_times(tmp_path, monkeypatch):
+    """Promise: a checkpoint is read once (its digest cached), and an edit in place that restores its size and
+    mtime is still hashed again (the cache's key holds ctime and the inode)."""
     path = tmp_path / "big.bin"
     path.write_bytes(os.urandom(3 << 20))
-    digest = identity.file_sha256(path)
+    digest = identity.weights_sha256(path)
     import hashlib
 
-    assert digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == hashlib.sha256(path.read_bytes()).hexdigest() == identity.file_sha256(path)
     identity._MEMO.clear()  # a new process: only the on-disk cache remains
 
     def no_reading(*args, **kwargs):
         raise AssertionError("the file was read again")
 
-    monkeypatch.setattr(identity, "open", no_reading, raising=False)
-    assert identity.file_sha256(path) == digest
-    os.utime(path, ns=(1, 1))  # touched: hashed again
-    with pytest.raises(AssertionError, match="read again"):
-        identity.file_sha256(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(identity, "open", no_reading, raising=False)
+        assert identity.weights_sha256(path) == digest
+        os.utime(path, ns=(1, 1))  # touched: hashed again
+        with pytest.raises(AssertionError, match="read again"):
+            identity.weights_sha256(path)
+    st = path.stat()
+    hashed = identity.weights_sha256(path)
+    time.sleep(0.05)  # past the file system's clock tick, as any real edit after a run is
+    with open(path, "r+b") as fh:  # same size, same mtime afterwards
+        fh.write(b"edited")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert identity.weights_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest() != hashed
 
 
 def test_dataset_fingerprint_reads_no_image(tmp_path, monkeypatch):

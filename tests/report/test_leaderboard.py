@@ -265,10 +265,15 @@ def test_module_doctests():
 
 def test_an_unfinished_run_is_left_out_with_a_line(chosen, tmp_path):
     with Store(tmp_path / "killed.db") as store:
-        store.start_run({"name": "killed", "dataset": "synthetic"}, seed=0)  # never finished
+        run = store.start_run({"name": "killed", "dataset": "synthetic"}, seed=0)  # never finished
+        for shift, severity in CONDITIONS:  # killed after its first condition
+            cid = store.condition(run, ConditionKey("alpha", "synthetic", shift, {}, severity))
+            if shift == "clean":
+                store.finish_condition(cid, {"top1": (0.5, len(IDS))}, samples={"top1": ("mean", IDS, _right(20))})
     board = leaderboard([*chosen, str(tmp_path / "killed.db")])
     assert len(board["tables"]) == 1 and len(board["left_out"]) == 1
-    assert board["left_out"][0].endswith("not finished (status running): left out")
+    assert board["left_out"][0].endswith("not finished (status running: killed, or still running): 3 of 4 "
+                                         "conditions unfinished: left out")
     assert "## Left out" in to_markdown(board)
     with pytest.raises(ShiftbenchError, match="no finished run with results"):
         leaderboard([str(tmp_path / "killed.db")])

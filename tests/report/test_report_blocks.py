@@ -18,7 +18,7 @@ def test_export_of_each_kind_and_the_round_trip():
               {"kind": "table", "head": ["x", "y | z"], "first_bold_rows": [1],
                "rows": [["1", B.cell("a|b", "n = 3 images")], [B.cell("mean", cls="mean"), "2"], ["", None], ["-", "3"]]}]
     md = B.blocks_to_markdown(blocks)
-    assert md == ("### Title <b>\n\ntwo lines\n\n- a: holds\n- b: n/a\n\n| x | y \\| z |\n|---|---|\n"
+    assert md == ("### Title &lt;b>\n\ntwo lines\n\n- a: holds\n- b: n/a\n\n| x | y \\| z |\n|---|---|\n"
                   "| 1 | a\\|b |\n| **mean** | **2** |\n|  |  |\n| - | 3 |\n")
     back = markdown_blocks(md)
     assert back[0] == {"kind": "heading", "text": "Title <b>"} and back[1] == {"kind": "text", "text": "two lines"}

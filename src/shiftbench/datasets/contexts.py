@@ -12,9 +12,9 @@ objects' contexts; an image folder is told them with ``dataset_params: {contexts
 
 A KEY is a class folder's name or an image's path relative to the root (its sample id, ``cat/1.png``); an
 image's own line wins over its class's. The contexts are those of ``objects.CONTEXTS``. A source that names
-an unknown context, repeats a key, names neither a class nor an image of the folder, or leaves an image
-without contexts is refused in one line when the dataset is opened: every sample then carries
-``meta["contexts"]``, so a dry run and the run accept or refuse the same samples.
+an unknown context, repeats a key (naming both lines, TSV and JSON alike), names neither a class nor an image of
+the folder, or leaves an image without contexts is refused in one line when the dataset is opened: every sample
+then carries ``meta["contexts"]``, so a dry run and the run accept or refuse the same samples.
 
 >>> bundled_contexts()["n01514859"]  # hen
 ('grass',)
@@ -23,10 +23,11 @@ without contexts is refused in one line when the dataset is opened: every sample
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..errors import ShiftbenchError
 from .common import one_line, parse_json, shown
@@ -81,15 +82,27 @@ def read_contexts(source: Any) -> dict[str, tuple[str, ...]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ShiftbenchError(f"{where}: cannot read it ({one_line(exc)})") from None
     table: dict[str, tuple[str, ...]] = {}
+    lines: dict[str, int] = {}  # key -> the line that gave it, to name both lines of a repeated key
+
+    def once(key: str, n: int) -> None:
+        if key in lines:
+            raise ShiftbenchError(f"{where}: {shown(key)} is given twice, on lines {lines[key]} and {n} (one line "
+                                  f"per class or image)")
+        lines[key] = n
+
     if path.suffix.lower() == ".json":
         data = parse_json(text, where)
         if not isinstance(data, dict):
             raise ShiftbenchError(f"{where}: expected a JSON object {{class or image: [contexts]}}, "
                                   f"got {type(data).__name__}")
-        for key, value in data.items():
+        # json.loads keeps a repeated key's last value silently: read the members again, in file order
+        for key, n, value in _json_members(text):
+            once(key, n)
             table[key] = parse_context_list(value, f"{where}: {shown(key)}")
         return table
-    for n, line in enumerate(text.splitlines(), start=1):
+    # lines as an editor numbers them: read_text turned \r\n and \r into \n (str.splitlines would also break
+    # at \x1c, \u2028 and others inside a key)
+    for n, line in enumerate(text.split("\n"), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cells = line.split("\t")
@@ -99,12 +112,28 @@ def read_contexts(source: Any) -> dict[str, tuple[str, ...]]:
         key, value = cells[0].strip(), cells[1]
         if not table and key.lower() in _HEADER and value.strip().lower() == "contexts":
             continue  # a header line
-        if key in table:
-            raise ShiftbenchError(f"{where}, line {n}: {shown(key)} is given twice")
+        once(key, n)
         table[key] = parse_context_list(value, f"{where}, line {n}")
     if not table:
         raise ShiftbenchError(f"{where}: no KEY<TAB>CONTEXTS lines")
     return table
+
+
+def _json_members(text: str) -> Iterator[tuple[str, int, Any]]:
+    """(key, line, value) of each member of the JSON object ``text`` (already parsed: valid, an object), in file
+    order and with repeats, which ``json.loads`` folds into the last one."""
+    decoder, space = json.JSONDecoder(), json.decoder.WHITESPACE
+    i = space.match(text, space.match(text, 0).end() + 1).end()  # past the opening brace
+    line, counted = 1, 0
+    while text[i] != "}":
+        line, counted = line + text.count("\n", counted, i), i
+        key, i = json.decoder.scanstring(text, i + 1)
+        i = space.match(text, space.match(text, i).end() + 1).end()  # past the colon
+        value, i = decoder.raw_decode(text, i)
+        yield key, line, value
+        i = space.match(text, i).end()
+        if text[i] == ",":
+            i = space.match(text, i + 1).end()
 
 
 def assign_contexts(table: Mapping[str, tuple[str, ...]], images: Mapping[str, str], source: Any,

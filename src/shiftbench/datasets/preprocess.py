@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import ImageError, ShiftbenchError
 from ..resize import INTERPOLATIONS, check_interpolation, crop_corner, nearest_index as _nearest_index
-from ..resize import resize_nearest, resized_size
+from ..resize import LIMIT, MAX_PIXELS, MAX_SIDE, check_pixels, check_shorter, resize_nearest, resized_size
 from ..resize import resize as resize_image
 from ..sample import Sample
 
@@ -130,12 +130,14 @@ class Preprocessing:
         if self.resize is not None and (isinstance(self.resize, bool) or not isinstance(self.resize, int)
                                         or self.resize < 1):
             raise ShiftbenchError(f"resize: expected a positive integer (the shorter side in pixels), got {self.resize!r}")
+        if self.resize is not None:
+            check_shorter(self.resize, "resize")  # the one limit on image sizes (resize.LIMIT)
         if self.crop is not None:
             crop = (self.crop, self.crop) if isinstance(self.crop, int) and not isinstance(self.crop, bool) else self.crop
             if (not isinstance(crop, (tuple, list)) or len(crop) != 2
                     or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in crop)):
                 raise ShiftbenchError(f"crop: expected a positive integer or [height, width], got {self.crop!r}")
-            object.__setattr__(self, "crop", (int(crop[0]), int(crop[1])))
+            object.__setattr__(self, "crop", check_pixels(int(crop[0]), int(crop[1]), "crop"))
         check_interpolation(self.interpolation)
 
     @property
@@ -145,6 +147,10 @@ class Preprocessing:
     def geometry(self, height: int, width: int, what: str = "image") -> Geometry:
         """Where an image of ``height`` x ``width`` goes; a crop larger than the resized image is refused."""
         resized = resized_size(height, width, self.resize) if self.resize is not None else (int(height), int(width))
+        if self.resize is not None and (resized[0] > MAX_SIDE or resized[1] > MAX_SIDE
+                                        or resized[0] * resized[1] > MAX_PIXELS):  # a long, thin image
+            raise ImageError(f"{what}: its {height}x{width} px with the shorter side resized to {self.resize} would be "
+                             f"{resized[0]}x{resized[1]} px, over the limit of {LIMIT}; resize it less")
         if self.crop is None:
             return Geometry((int(height), int(width)), resized, (0, 0, *resized))
         ch, cw = self.crop

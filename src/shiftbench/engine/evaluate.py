@@ -281,11 +281,18 @@ class _Runner:
         models = self._models(dataset)
         metrics = self._metrics(models)
         spec = self.spec  # with its metrics when it left them to the models' task
+
+        def first_batch(data: Any) -> list[Sample]:  # every read of a run's samples goes through the kernel's loader
+            return Loader(data, spec.seed, spec.on_error, self.pixels, (), "evaluate",
+                          preprocess=spec.preprocess).batch(CLEAN, 0, spec.batch_size).samples
+
+        first = first_batch(dataset)
+        if self.given_dataset is None:  # what each metric reads of a sample, asked before any model work (curation's too)
+            self._check_metrics(models, metrics, first)
         if spec.curate and self.given_dataset is None:  # a worker gets the driver's curated dataset
             dataset, self.curation = curate_run(spec, dataset, self.plans, self.progress, self.pixels)
+            first = first_batch(dataset)
         conditions = plan_conditions(spec)
-        first = Loader(dataset, spec.seed, spec.on_error, self.pixels, (), "evaluate", preprocess=spec.preprocess).batch(
-            CLEAN, 0, spec.batch_size).samples  # every read of a run's samples goes through the kernel's loader
         checked = self.given_dataset is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
         if checked:  # a sample without what a shift needs (a mask, contexts, a caption) is said before any loading
             check_first_batch(spec, conditions, first, "check_sample")
@@ -296,6 +303,25 @@ class _Runner:
         if checked:
             check_first_batch(spec, conditions, first, "draw")
         return Plan(spec, dataset, models, metrics, conditions)
+
+    def _check_metrics(self, models: dict[str, Any], metrics: dict[str, list[str]], first: list[Sample]) -> None:
+        """Each metric asked, before any model work, what it needs (``Metric.needs``): of the model's outputs
+        (``check_model``: miou of a class-agnostic segmenter) and of every sample of the first batch as the model's
+        label plan gives it to the metric (``check_samples``: a class label, a mask, boxes, a caption, a
+        cue-conflict image). So a dry run passes only if the first batch can be scored, and says why not in the
+        one line the run gives: the spec's metrics entry, then the metric's own words naming the sample."""
+        spec = self.spec
+        for label, names in metrics.items():
+            targets = self.plans[label].targets(first)  # what _score gives the metrics (a label outside the space: its line)
+            for name in names:
+                metric = self._metric(name, label)
+                try:
+                    metric.check_model(models[label])
+                    metric.check_samples(targets)
+                except ShiftbenchError as exc:
+                    entry = f"metrics[{list(spec.metrics).index(name)}]" if name in spec.metrics else "metrics"
+                    where = f"{spec.source}: {entry}" if spec.source else entry
+                    raise SpecError(f"{where}: {' '.join(str(exc).split())} (model {label!r})") from None
 
     # -- the run ------------------------------------------------------------------------------
     def run(self, plan: Plan | None = None) -> list[dict[str, Any]]:

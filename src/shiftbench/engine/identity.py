@@ -1,10 +1,14 @@
 """Run identity: fingerprints of what decides a run's numbers (version, weights, ids file, dataset).
 
 A run resumes only when its identity is unchanged; otherwise the store names what changed in one line
-(:func:`shiftbench.results.identity.describe_changes`). Weight files are hashed once and the digest is
-cached by (path, size, mtime), so a 500 MB checkpoint is read on the first run only. A dataset folder is
-fingerprinted from its file list, sizes and mtimes (``stat`` only, no image is read); a single file (a
-COCO annotation json, an ids list) by its SHA-256.
+(:func:`shiftbench.results.identity.describe_changes`). A single input file (an ids list, a contexts table, a
+COCO annotation json, any file-valued dataset parameter) is identified by the SHA-256 of its bytes, read on
+every run (:func:`file_sha256`): no cache keyed by its size and times, which an edit in place that keeps both
+(``os.utime``, a copy with ``cp -p``, a coarse clock) would leave stale, so an edited file never resumes an
+old run. Weight files alone are hashed once and the digest cached (:func:`weights_sha256`), so a 500 MB
+checkpoint is read on the first run only; the cache is keyed by the file's size, mtime and ctime, device and
+inode, and ctime is set by the system on every write and on every change of the times. A dataset folder is
+fingerprinted from its file list, sizes and mtimes (``stat`` only, no image is read).
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from typing import Any, Iterable
 from ..datasets.generated import generated_origin
 from ..files import write_atomic
 
-__all__ = ["file_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint", "dataset_fingerprint",
-           "run_identity"]
+__all__ = ["file_sha256", "weights_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint",
+           "dataset_fingerprint", "run_identity"]
 
 _CHUNK = 1 << 20
-_MEMO: dict[tuple[str, int, int], str] = {}
+_MEMO: dict[tuple[Any, ...], str] = {}
 
 
 def _cache_dir() -> Path:
@@ -30,10 +34,20 @@ def _cache_dir() -> Path:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a file, cached in memory and on disk by (absolute path, size, mtime_ns)."""
+    """SHA-256 of a file's bytes, read now (what ``sha256sum`` prints): the identity of an input file."""
+    digest = hashlib.sha256()
+    with open(Path(path), "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weights_sha256(path: str | os.PathLike) -> str:
+    """SHA-256 of a weight file, cached in memory and on disk by (absolute path, size, mtime_ns, ctime_ns,
+    device, inode): an edit in place changes ctime even when it restores the size and mtime."""
     path = Path(path).resolve()
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_dev, st.st_ino)
     if key in _MEMO:
         return _MEMO[key]
     slot = _cache_dir() / (hashlib.sha256(json.dumps(key).encode()).hexdigest()[:32] + ".txt")
@@ -44,11 +58,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     if len(cached) == 64:
         _MEMO[key] = cached
         return cached
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    value = digest.hexdigest()
+    value = file_sha256(path)
     _MEMO[key] = value
     try:  # the cache is an optimisation: a read-only home must not stop a run
         slot.parent.mkdir(parents=True, exist_ok=True)
@@ -94,10 +104,10 @@ def _combined(paths: Iterable[str | os.PathLike]) -> str:
     """One file: its own SHA-256 (what ``sha256sum`` prints); several: a digest of (name, SHA-256) pairs."""
     paths = list(paths)
     if len(paths) == 1:
-        return file_sha256(paths[0])
+        return weights_sha256(paths[0])
     digest = hashlib.sha256()
     for p in sorted(str(Path(p).resolve()) for p in paths):
-        digest.update(f"{Path(p).name}\0{file_sha256(p)}\n".encode())
+        digest.update(f"{Path(p).name}\0{weights_sha256(p)}\n".encode())
     return digest.hexdigest()
 
 

@@ -60,10 +60,12 @@ TOP_KEYS = {
                     "be in it; part of the run's identity",
 }
 PREPROCESS_KEYS = {
-    "resize": "the shorter side in pixels, the longer one int(resize * long / short) (torchvision's Resize(int))",
+    "resize": "the shorter side in pixels (at most 8192: images stay within shiftbench.resize.LIMIT), the longer one "
+              "int(resize * long / short) (torchvision's Resize(int))",
     "interpolation": "the resize's filter, computed by Pillow: bilinear (default), bicubic, nearest, area (Pillow's "
                      "BOX) or lanczos; masks always take nearest",
-    "crop": "centre crop after the resize: a size or [height, width] (torchvision's CenterCrop)",
+    "crop": "centre crop after the resize: a size or [height, width] (torchvision's CenterCrop), within "
+            "shiftbench.resize.LIMIT",
 }
 ANALYSIS_KEYS = {
     "views": "any of gradcam, reliance, embedding (default: all three)",
@@ -447,6 +449,7 @@ def preprocess_section(value: Any, where: str = "preprocess") -> PreprocessSecti
     gathered into one) checked into a :class:`PreprocessSection`; None when it sets nothing. Errors are one line
     naming ``where.key``."""
     from ..datasets.preprocess import INTERPOLATIONS
+    from ..resize import SizeError, check_pixels, check_shorter
 
     if value is None or value == {}:
         return None
@@ -456,6 +459,11 @@ def preprocess_section(value: Any, where: str = "preprocess") -> PreprocessSecti
     resize, crop, interpolation = value.get("resize"), value.get("crop"), value.get("interpolation")
     if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
         raise SpecError(f"{where}.resize: expected a positive integer (the shorter side in pixels), got {resize!r}")
+    try:  # the one limit on image sizes (resize.LIMIT), before any work
+        if resize is not None:
+            check_shorter(resize, f"{where}.resize")
+    except SizeError as exc:
+        raise SpecError(str(exc)) from None
     if interpolation is not None:
         if resize is None:
             raise SpecError(f"{where}.interpolation: only a resize takes it; add resize: (the shorter side in pixels)")
@@ -468,6 +476,10 @@ def preprocess_section(value: Any, where: str = "preprocess") -> PreprocessSecti
                 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size)):
             raise SpecError(f"{where}.crop: expected a positive integer or [height, width], got {crop!r}")
         crop = (int(size[0]), int(size[1]))
+        try:
+            check_pixels(*crop, f"{where}.crop")
+        except SizeError as exc:
+            raise SpecError(str(exc)) from None
     if resize is None and crop is None:
         return None
     return PreprocessSection(resize, (interpolation or "bilinear") if resize is not None else None, crop)

@@ -23,7 +23,10 @@ How the runner uses a metric (the whole contract)
   ==============  ==================================================  ===============================
 
 - ``update_from_samples(outputs, samples)``: the same, reading targets from :class:`shiftbench.Sample`
-  records (``label``; ``mask``; ``boxes`` / ``box_labels``; ``caption``); what the runner calls.
+  records (``label``; ``mask``; ``boxes`` / ``box_labels``; ``caption``); what the runner calls. What a
+  metric reads of a sample is ``needs`` (in words) and ``sample_targets(samples)`` (the reading, one line
+  naming the first sample that lacks it); ``check_samples(samples)`` and ``check_model(model)`` ask it
+  without outputs: the runner asks them of the first batch before any model work, in a dry run too.
 - ``compute() -> dict[str, float]``: the values to store, keyed by the row's metric name (``{"top1":
   0.91}``; detection gives ``box_ap``, ``box_ap50``, ... together). NaN when nothing was seen; None
   where a value is undefined (COCO's -1): the store keeps NULL and, when the metric has
@@ -115,6 +118,9 @@ class Metric:
     resources: ClassVar[tuple[str, ...]] = ()
     # constructor settings that must agree for two states to merge (k of top-k, ece's bins, ...)
     config: ClassVar[tuple[str, ...]] = ()
+    # what the metric reads of every sample besides the model's outputs, in words ("" for nothing): the
+    # registry shows it (``shiftbench list metrics``) and ``check_samples`` asks it of a run's first batch
+    needs: ClassVar[str] = ""
 
     def __init__(self) -> None:
         self.n = 0
@@ -129,8 +135,24 @@ class Metric:
     def compute(self) -> dict[str, float]:  # pragma: no cover - protocol
         raise NotImplementedError
 
-    def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:  # pragma: no cover - per task
-        raise NotImplementedError
+    def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
+        """``update(outputs, sample_targets(samples))``: what the runner calls."""
+        self.update(outputs, self.sample_targets(samples))
+
+    def sample_targets(self, samples: Sequence[Any]) -> Any:
+        """What ``update`` takes as targets, read from the samples: a one-line ShiftbenchError naming the first
+        sample without what the metric ``needs``. The base: the samples themselves (a metric reading nothing)."""
+        return list(samples)
+
+    def check_samples(self, samples: Sequence[Any]) -> None:
+        """Raise the error ``update_from_samples`` would raise for what ``samples`` lack, without any output:
+        what a run asks of its first batch before any model work (``engine.evaluate``), so a dry run that
+        passes is a run whose first batch the metric can score."""
+        self.sample_targets(samples)
+
+    def check_model(self, model: Any) -> None:
+        """Raise a one-line ShiftbenchError when the metric cannot score ``model``'s outputs though it has the
+        metric's task (a class-agnostic segmenter for ``miou``); asked before any model work."""
 
     def state(self) -> dict[str, Any]:
         """Extra JSON-serialisable data beyond ``compute`` (empty unless a metric has some)."""

@@ -97,12 +97,14 @@ def expected_calibration_error(probabilities: Any, labels: Any, n_bins: int = 15
 
 class _ClassificationMetric(Metric):
     task = "classification"
+    needs = "a class label (sample.label)"
 
-    def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
-        labels = [s.label for s in samples]
-        if any(lbl is None for lbl in labels):
-            raise ShiftbenchError(f"metric {self.name!r} needs a class label on every sample")
-        self.update(outputs, np.asarray(labels, dtype=np.int64))
+    def sample_targets(self, samples: Sequence[Any]) -> np.ndarray:
+        missing = next((s for s in samples if s.label is None), None)
+        if missing is not None:
+            raise ShiftbenchError(f"metric {self.name!r} needs a class label on every sample; sample "
+                                  f"{str(missing.id)!r} has none")
+        return np.asarray([s.label for s in samples], dtype=np.int64)
 
 
 class TopK(_ClassificationMetric):

@@ -394,11 +394,12 @@ class DetectionAP(Metric):
                                             "image_id")))
             self.n += 1
 
-    def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
+    def sample_targets(self, samples: Sequence[Any]) -> list[dict[str, Any]]:
         targets = []
         for s in samples:
             if s.boxes is None or s.box_labels is None:
-                raise ShiftbenchError(f"{self.name} needs boxes and box_labels on every sample")
+                raise ShiftbenchError(f"{self.name} needs boxes and box_labels on every sample; sample "
+                                      f"{str(s.id)!r} has none")
             target: dict[str, Any] = {"boxes": s.boxes, "labels": s.box_labels}
             if self.iou_type == "segm":
                 instance_masks = s.meta.get("instance_masks")
@@ -406,7 +407,8 @@ class DetectionAP(Metric):
                     # an instance map: value i+1 marks the i-th box's object
                     instance_masks = s.mask[None] == np.arange(1, len(s.boxes) + 1)[:, None, None]
                 if instance_masks is None:
-                    raise ShiftbenchError(f"{self.name} needs instance masks (meta['instance_masks'] or an instance map)")
+                    raise ShiftbenchError(f"{self.name} needs instance masks (meta['instance_masks'] or an instance map) "
+                                          f"on every sample; sample {str(s.id)!r} has none")
                 _check_segmentations(self.name, s, instance_masks)
                 if tuple(np.shape(instance_masks)[1:]) != s.image.shape[:2]:
                     # a shift that resized the image without its annotations would pair the wrong pixels
@@ -424,7 +426,7 @@ class DetectionAP(Metric):
                     target[key] = value
             target.update(_coco_fields(s))
             targets.append(target)
-        self.update(outputs, targets)
+        return targets
 
     def compute(self) -> dict[str, float | None]:
         """The 12 stats; None where COCOeval says -1 (undefined: no ground truth to score), see
@@ -451,6 +453,7 @@ class BoxAP(DetectionAP):
     """COCO box AP, AP50, AP75, AP by size and AR@1/10/100."""
 
     name = "box_ap"
+    needs = "boxes with their labels (sample.boxes, sample.box_labels)"
     iou_type = "bbox"
     prefix = "box"
 
@@ -459,5 +462,6 @@ class MaskAP(DetectionAP):
     """COCO mask AP, AP50, AP75, AP by size and AR@1/10/100."""
 
     name = "mask_ap"
+    needs = "boxes with their labels and instance masks (meta['instance_masks'] or an instance map)"
     iou_type = "segm"
     prefix = "mask"

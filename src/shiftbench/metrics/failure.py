@@ -17,6 +17,13 @@ clean accuracy at severity 0:
 * degenerate: when clean accuracy is 0 the target is 0 and the segment from clean can be flat at the
   target; the point is then severity 0 (accuracy is already at the target on clean).
 
+``from_clean=False`` reads a curve on a scale whose 0 is a measured point of its own, not clean (ImageNet-C-bar's
+level scale 0..10, where level 0 is the reference formulas' end point and not always the clean image): clean
+gives only the target, the curve is the measured points alone (level 0 included when measured), and a curve
+already at or below the target at its first measured point fails *at* that point (at or before it: nothing
+lower was measured). Never a point between clean and a measured one, since clean sits at no point of that
+scale.
+
 The interval is a paired percentile bootstrap over images: each resample draws image indices once and
 applies them to clean and every severity alike (so what the conditions share, the images' difficulty,
 cancels), and the point is recomputed with the resample's own clean accuracy and target. A resample that
@@ -70,20 +77,27 @@ class FailurePoint:
     fraction: float
 
 
-def _crossings(clean: np.ndarray, curves: np.ndarray, severities: np.ndarray, fraction: float) -> np.ndarray:
+def _crossings(clean: np.ndarray, curves: np.ndarray, severities: np.ndarray, fraction: float,
+               from_clean: bool = True) -> np.ndarray:
     """The failure point of each row: ``clean`` (B,) accuracies, ``curves`` (B, k) accuracies at
-    ``severities`` (k,); +inf for a row that never reaches the target. The rule of the module docstring."""
+    ``severities`` (k,); +inf for a row that never reaches the target. The rule of the module docstring;
+    ``from_clean`` False: the first segment starts at the first measured point, not at clean."""
     target = fraction * clean
     below = curves <= target[:, None]
     crossed = below.any(axis=1)
     j = np.argmax(below, axis=1)  # the first severity at/below the target (0 for a row that never is)
     rows = np.arange(curves.shape[0])
-    acc = np.concatenate([clean[:, None], curves], axis=1)  # column 0: clean, at severity 0
-    sev = np.concatenate([[0.0], severities])
-    a_prev, a_cur = acc[rows, j], acc[rows, j + 1]
-    s_prev, s_cur = sev[j], sev[j + 1]
+    if from_clean:
+        acc = np.concatenate([clean[:, None], curves], axis=1)  # column 0: clean, at severity 0
+        sev = np.concatenate([[0.0], severities])
+        prev, cur = j, j + 1
+    else:  # the measured points alone: a first point already at/below the target is the point (prev == cur)
+        acc, sev = curves, severities
+        prev, cur = np.maximum(j - 1, 0), j
+    a_prev, a_cur = acc[rows, prev], acc[rows, cur]
+    s_prev, s_cur = sev[prev], sev[cur]
     num = a_prev - target  # >= 0: a_prev is above the target (or clean, >= fraction x clean)
-    den = a_prev - a_cur  # >= num; 0 only when both ends sit at the target (clean accuracy 0)
+    den = a_prev - a_cur  # >= num; 0 when both ends sit at the target (clean accuracy 0) or prev is cur
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0)
     point = np.clip(s_prev + share * (s_cur - s_prev), s_prev, s_cur)  # no rounding past the segment
@@ -124,7 +138,7 @@ def _scores(values: Any, name: str) -> np.ndarray:
 
 def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[float] | np.ndarray,
                   shifted: Sequence[Sequence[float]] | np.ndarray, fraction: float = FRACTION,
-                  level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0) -> FailurePoint:
+                  level: float = LEVEL, n_boot: int = N_BOOT, seed: int = 0, from_clean: bool = True) -> FailurePoint:
     """The severity at which accuracy falls to ``fraction`` of clean, with a paired bootstrap interval.
 
     ``severities``: the k measured severities, increasing (all above 0: clean is severity 0);
@@ -133,6 +147,9 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     ``fraction x mean(clean)``, interpolated linearly in severity from the last measured severity above the
     target, or from clean accuracy at severity 0 when the first severity is already at/below it; None (and
     ``crossed`` False) when the curve stays above the target. See the module docstring for the interval.
+    ``from_clean=False``: ``severities`` are points of a scale with a measured 0 of its own (C-bar's levels,
+    0 allowed), clean is only the target's reference, and a curve already at/below the target at its first
+    point fails at that point.
 
     Clean 0.8 (target 0.4), curve 0.7, 0.6, 0.45, 0.3, 0.2: crossed between 3 (0.45) and 4 (0.3), at
     3 + 0.05 / 0.15 = 3.333...
@@ -159,7 +176,7 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
                               f"got shape {sev.shape}")
     if not np.all(np.isfinite(sev)):
         raise ShiftbenchError("failure_point: severities must be finite (got NaN or inf)")
-    if sev[0] <= 0:
+    if from_clean and sev[0] <= 0:
         raise ShiftbenchError(f"failure_point: severities must be above 0 (clean is severity 0), got {sev[0]:g}")
     if np.any(np.diff(sev) <= 0):
         raise ShiftbenchError(f"failure_point: severities must be strictly increasing, got {sev.tolist()}")
@@ -177,7 +194,8 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
 
     clean_acc = float(x0.mean())
     curve = xs.mean(axis=1)
-    point = float(_crossings(np.array([clean_acc]), curve[None, :], sev, fraction)[0])
+    from_clean = bool(from_clean)
+    point = float(_crossings(np.array([clean_acc]), curve[None, :], sev, fraction, from_clean)[0])
 
     columns = np.ascontiguousarray(np.concatenate([x0[None, :], xs], axis=0))  # (1 + k, n)
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -186,7 +204,7 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     for counts in resample_counts(n, int(n_boot), rng):
         boots[start:start + counts.shape[0]] = weighted_sums(counts, columns) / n
         start += counts.shape[0]
-    points = _crossings(boots[:, 0], boots[:, 1:], sev, fraction)
+    points = _crossings(boots[:, 0], boots[:, 1:], sev, fraction, from_clean)
     low, high = _quantiles(points, level)
     alpha = (1.0 - level) / 2.0
     band = np.quantile(boots[:, 1:], [alpha, 1.0 - alpha], axis=0)

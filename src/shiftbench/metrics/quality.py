@@ -124,6 +124,7 @@ def clip_directional(src_img: Any, edit_img: Any, src_txt: Any, tgt_txt: Any) ->
 # -- stateful metrics -----------------------------------------------------------------------------
 class _PairMetric(Metric):
     task = "quality"
+    needs = "an edited image and its source (the spec's quality: section)"
     higher_is_better = False
     resources = ("_net",)  # the loaded feature network: shared by fresh() parts, never saved
     config = ("_features_spec",)
@@ -220,6 +221,7 @@ class CLIPDirectional(Metric):
 
     name = "clip_direction"
     task = "quality"
+    needs = "an edited image, its source and the edit's text (the spec's quality: section)"
     higher_is_better = True
     resources = ("clip",)  # the CLIP adapter: shared by fresh() parts, never saved
 

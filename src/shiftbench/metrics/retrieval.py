@@ -84,6 +84,7 @@ class _RankMetric(Metric):
 
     task = "retrieval"
     field = "ranks"
+    needs = "a composed-retrieval query whose target is in the gallery (checked when the run is set up)"
 
     def reset(self) -> None:
         self.n = 0
@@ -150,6 +151,8 @@ class RecallSubset(_RankMetric):
 
     name = "recall_subset"
     higher_is_better = True
+    needs = ("a composed-retrieval query whose target is in the gallery, and its subset (a query without one is "
+             "not scored)")
     field = "subset_ranks"
 
     def compute(self) -> dict[str, float]:

@@ -86,6 +86,7 @@ class MeanIoU(Metric):
 
     name = "miou"
     task = "segmentation"
+    needs = "a label map (sample.mask or meta['segmentation']), and a segmenter that predicts classes"
     higher_is_better = True
     config = ("num_classes", "ignore_index")
 
@@ -151,11 +152,21 @@ class MeanIoU(Metric):
             values[i, 1, classes] = union
         return {self.name: ("iou", values)}
 
-    def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
+    def sample_targets(self, samples: Sequence[Any]) -> list[Any]:
         targets = [s.meta.get("segmentation", s.mask) for s in samples]
-        if any(t is None for t in targets):
-            raise ShiftbenchError("miou needs a label map on every sample (sample.mask or meta['segmentation'])")
-        self.update(outputs, targets)
+        missing = next((s for s, t in zip(samples, targets) if t is None), None)
+        if missing is not None:
+            raise ShiftbenchError("miou needs a label map on every sample (sample.mask or meta['segmentation']); "
+                                  f"sample {str(missing.id)!r} has none")
+        return targets
+
+    def check_model(self, model: Any) -> None:
+        if getattr(model, "class_agnostic", False):
+            raise ShiftbenchError(f"miou scores label maps, but {getattr(model, 'name', '?')!r} is a class-agnostic "
+                                  "segmenter (foreground probabilities): score it with foreground_iou")
+        if self._cm is None:
+            raise ShiftbenchError("miou needs the size of the label space: MeanIoU(num_classes=...) "
+                                  "(the runner sets it from the model's label space)")
 
     def compute(self) -> dict[str, float]:
         if self._cm is None or not self.n:
@@ -175,6 +186,7 @@ class ForegroundIoU(Metric):
 
     name = "foreground_iou"
     task = "segmentation"
+    needs = "a foreground mask (sample.mask)"
     higher_is_better = True
     config = ("threshold",)
 
@@ -204,11 +216,11 @@ class ForegroundIoU(Metric):
             self._union += int(np.logical_or(p, t).sum())
             self.n += 1
 
-    def update_from_samples(self, outputs: Sequence[Any], samples: Sequence[Any]) -> None:
-        targets = [s.mask for s in samples]
-        if any(t is None for t in targets):
-            raise ShiftbenchError("foreground_iou needs a mask on every sample")
-        self.update(outputs, [np.asarray(t) > 0 for t in targets])
+    def sample_targets(self, samples: Sequence[Any]) -> list[np.ndarray]:
+        missing = next((s for s in samples if s.mask is None), None)
+        if missing is not None:
+            raise ShiftbenchError(f"foreground_iou needs a mask on every sample; sample {str(missing.id)!r} has none")
+        return [np.asarray(s.mask) > 0 for s in samples]
 
     def merge(self, other: "ForegroundIoU") -> "ForegroundIoU":
         self.check_mergeable(other)

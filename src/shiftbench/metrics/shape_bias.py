@@ -145,6 +145,8 @@ class ShapeBias(Metric):
 
     name = "shape_bias"
     task = "classification"
+    needs = ("a cue-conflict image: meta cue with decision_wnids (objects-cue-conflict) or with texture_label "
+             "(the standard stimuli' folder)")
     higher_is_better = True  # a descriptive measure; higher is more shape-based, as humans are (about 0.96)
 
     def reset(self) -> None:
@@ -178,8 +180,8 @@ class ShapeBias(Metric):
             self._texture.append(int(t.cue not in ("silhouette", "no_conflict") and decision == int(t.texture)))
         self.n += len(targets)
 
-    def update_from_samples(self, outputs: Any, samples: Sequence[Any]) -> None:
-        self.update(outputs, [cue_target(s) for s in samples])
+    def sample_targets(self, samples: Sequence[Any]) -> list[CueTarget]:
+        return [cue_target(s) for s in samples]
 
     def merge(self, other: "ShapeBias") -> "ShapeBias":
         self.check_mergeable(other)

@@ -39,6 +39,7 @@ class TextSimilarity(Metric):
 
     name = "text_similarity"
     task = "captioning"
+    needs = "a reference caption (sample.caption or meta['reference_caption'])"
     # the encoder and what names it (a model object or a callable is no data): never saved, set by the
     # constructor; two parts merge only with the same one, as cosines of two encoders do not add up
     resources = ("_encoder", "encoder_spec")
@@ -87,11 +88,13 @@ class TextSimilarity(Metric):
         self._cosines.extend(sims.tolist())
         self.n += n
 
-    def update_from_samples(self, outputs: Sequence[str], samples: Sequence[Any]) -> None:
+    def sample_targets(self, samples: Sequence[Any]) -> list[str]:
         references = [s.meta.get("reference_caption", s.caption) for s in samples]
-        if any(r is None for r in references):
-            raise ShiftbenchError("text_similarity needs a reference caption on every sample")
-        self.update(outputs, references)
+        missing = next((s for s, r in zip(samples, references) if r is None), None)
+        if missing is not None:
+            raise ShiftbenchError("text_similarity needs a reference caption on every sample (sample.caption or "
+                                  f"meta['reference_caption']); sample {str(missing.id)!r} has none")
+        return references
 
     def merge(self, other: "TextSimilarity") -> "TextSimilarity":
         self.check_mergeable(other)

@@ -60,8 +60,8 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..labelspace import LabelSpace, map_spaces
 from ..resize import (
-    INTERPOLATIONS, crop_corner, crop_then_resize, crop_then_resize_tensor, pil_weights, resize, resize_tensor,
-    resized_size, tf_crop_box, vertical_first,
+    INTERPOLATIONS, SizeError, check_pixels, check_shorter, check_size, crop_corner, crop_then_resize,
+    crop_then_resize_tensor, pil_weights, resize, resize_tensor, resized_size, tf_crop_box, vertical_first,
 )
 from ..sample import to_rgb_uint8
 
@@ -116,19 +116,30 @@ class Preprocess:
             raise ValueError(f"interpolation must be one of {tuple(INTERPOLATIONS)}, got {self.interpolation!r}")
         if self.color_order not in ("RGB", "BGR"):
             raise ValueError(f"color_order must be 'RGB' or 'BGR', got {self.color_order!r}")
-        if not 0 < self.crop_fraction <= 1:
+        if isinstance(self.crop_fraction, bool) or not isinstance(self.crop_fraction, (int, float)) \
+                or not 0 < self.crop_fraction <= 1:
             raise ValueError(f"crop_fraction must be in (0, 1], got {self.crop_fraction}")
         if self.recipe not in RECIPES:
             raise ValueError(f"recipe must be one of {RECIPES}, got {self.recipe!r}")
-        object.__setattr__(self, "size", (int(self.size[0]), int(self.size[1])))
+        # sizes: positive integers within the one limit on image sizes (resize.LIMIT), one SizeError line
+        # (a ShiftbenchError and a ValueError) naming the field, never Pillow's MemoryError later
+        size = self.size
+        if isinstance(size, (int, np.integer)) or not isinstance(size, (list, tuple)):
+            raise SizeError(f"Preprocess.size: expected (height, width) of the model input in pixels, got {size!r}")
+        object.__setattr__(self, "size", check_size(tuple(size), "Preprocess.size (the model input)"))
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
         rs = self.resize_size
         if rs is not None:
-            rs = int(rs) if isinstance(rs, (int, np.integer)) else (int(rs[0]), int(rs[1]))
-            if min(rs if isinstance(rs, tuple) else (rs,)) < 1:
-                raise ValueError(f"resize_size must be positive, got {self.resize_size!r}")
+            # an int is the shorter side (torchvision's Resize(int)), a pair the exact or the fitted box
+            rs = check_shorter(rs, "Preprocess.resize_size") if isinstance(rs, (int, np.integer)) and \
+                not isinstance(rs, bool) else check_size(rs, "Preprocess.resize_size")
             object.__setattr__(self, "resize_size", rs)
+        scale = self.scale_size  # timm's rule when not given: size / crop_fraction
+        if isinstance(scale, int):
+            check_shorter(scale, "Preprocess.resize_size (size / crop_fraction)")
+        else:
+            check_pixels(*scale, "Preprocess.resize_size (size / crop_fraction)")
 
     def to_dict(self) -> dict[str, Any]:
         out = {

@@ -38,6 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..resize import check_shorter
 from .retrieval_encoders import (
     EfficientNetImageEncoder, MiniLMTextEncoder, SharedSpaceEncoder, bundled_image_encoder, bundled_text_encoder,
     normalize, torch_threads,
@@ -61,7 +62,8 @@ def _encoders(image_encoder: Any, text_encoder: Any, image_size: int) -> tuple[A
         variants = {f"efficientnet_lite{v}": v for v in (0, 1, 2)}
         if name not in variants:
             raise ShiftbenchError(f"image_encoder must be one of {', '.join(variants)} or an encoder object, got {name!r}")
-        image_encoder = bundled_image_encoder(variants[name], int(image_size))
+        # a size x size input, within the one limit on image sizes (resize.LIMIT)
+        image_encoder = bundled_image_encoder(variants[name], check_shorter(image_size, "image_size"))
     if text_encoder is None or text_encoder == "minilm":
         text_encoder = bundled_text_encoder()
     elif isinstance(text_encoder, str):

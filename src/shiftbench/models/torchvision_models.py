@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import ShiftbenchError
-from ..resize import check_interpolation
+from ..resize import check_interpolation, check_shorter
 from .base import LabelSpace, Preprocess, TorchClassifier
 
 __all__ = ["TorchvisionClassifier", "create", "parse_source", "hub_cache_file", "STANDARD_RECIPE"]
@@ -241,6 +241,13 @@ class TorchvisionClassifier(TorchClassifier):
         return [self.weights_file] if self.weights_file else []
 
 
+def _check_sizes(label: str, resize_size: Any, crop_size: Any) -> None:
+    """The sizes a user gives: the shorter side and a square crop, each within resize.LIMIT."""
+    for key, value in (("resize_size", resize_size), ("crop_size", crop_size)):
+        if value is not None:
+            check_shorter(value, f"{label}: {key}")
+
+
 def create(source: str, device: str = "cpu", dtype: str = "float32", weights: str | os.PathLike | None = None,
            pretrained: bool = True, num_classes: int | None = None, class_names: Sequence[str] | None = None,
            resize_size: int | None = None, crop_size: int | None = None, interpolation: str | None = None,
@@ -257,6 +264,7 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", weights: st
     label = f"torchvision:{source}"
     if not source:
         raise ShiftbenchError("torchvision: needs a classifier name, e.g. torchvision:resnet50/IMAGENET1K_V2")
+    _check_sizes(label, resize_size, crop_size)  # before any weights are read
     arch, weights_name, path = parse_source(source)
     _check_arch(arch)
     if weights is not None:

@@ -27,9 +27,11 @@ Blocks (dicts):
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
-__all__ = ["blocks_to_markdown", "cell_text", "cell", "strings_of", "BLOCK_KINDS", "CELL_CLASSES"]
+__all__ = ["blocks_to_markdown", "markdown_text", "markdown_plain", "cell_text", "cell", "strings_of", "BLOCK_KINDS",
+           "CELL_CLASSES"]
 
 BLOCK_KINDS = ("heading", "text", "list", "table")
 CELL_CLASSES = ("down", "up", "noise", "mean")
@@ -76,9 +78,74 @@ def strings_of(blocks: Iterable[dict[str, Any]]) -> list[str]:
     return found
 
 
+# what can turn plain text into Markdown or HTML, and how each is made literal (CommonMark with GitHub's tables
+# and strikethrough): backslash, backtick and * always escaped; _ unless inside a word (intraword _ opens no
+# emphasis) or the only one outside words (it pairs with none); ~ unless between spaces; < unless a space follows
+# (no tag, comment or autolink opens: &lt;); & only where an entity could (&amp;); ] before ( [ or : (no link,
+# image or link definition); at a block's start the characters that begin a heading, quote, list, thematic
+# break or definition
+_INLINE = re.compile(r"[\\`*~]|_|<(?=\S)|&(?=#?[A-Za-z0-9]+;)|\](?=[(\[:])")
+_BLOCK_START = re.compile(r"^(?:[#>+=\-\[]|\d+(?=[.)]))")
+_CLOSING = re.compile(r"(?:^|(?<= ))#+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _in_word(text: str, i: int) -> bool:
+    return text[i - 1:i].isalnum() and text[i + 1:i + 2].isalnum()
+
+
+def _inline(match: re.Match, lone_underscore: bool) -> str:
+    char, text, i = match.group(), match.string, match.start()
+    if char == "<":
+        return "&lt;"
+    if char == "&":
+        return "&amp;"
+    if char == "_" and (lone_underscore or _in_word(text, i)):
+        return char  # inside a word (efficientnet_lite0), or the only one that could open or close: no emphasis
+    if char == "~" and not text[i - 1:i].strip() and not text[i + 1:i + 2].strip():
+        return char  # between spaces it can neither open nor close a strikethrough: "color ~ texture"
+    return "\\" + char
+
+
+def markdown_text(text: Any, table: bool = False, block: bool = False, heading: bool = False) -> str:
+    """``text`` as Markdown that renders as exactly that text, on one line: line breaks and runs of spaces
+    folded to one space, markup characters escaped (a model label ``<b>x</b>``, ``**x**`` or ``[x](y)`` is shown,
+    never rendered), control characters shown as ``\\xNN``; ``table``: a pipe-table cell (``|`` escaped);
+    ``block``: the text starts a paragraph or list item (``# x``, ``1. x``, ``- x`` stay text); ``heading``: the
+    text of an ATX heading (closing ``#`` kept).
+
+    >>> markdown_text("<b>m</b> | **x** & `y`", table=True)
+    '&lt;b>m&lt;/b> \\\\| \\\\*\\\\*x\\\\*\\\\* & \\\\`y\\\\`'
+    >>> markdown_text("efficientnet_lite0 [12.5, 87.5] p >= 0.05"), markdown_text("1. x", block=True)
+    ('efficientnet_lite0 [12.5, 87.5] p >= 0.05', '1\\\\. x')
+    """
+    text = " ".join(str(text).split())
+    lone = sum(1 for i, c in enumerate(text) if c == "_" and not _in_word(text, i)) < 2  # emphasis needs two
+    text = _INLINE.sub(lambda m: _inline(m, lone), text)
+    if table:
+        text = text.replace("|", "\\|")
+    if block:
+        text = _BLOCK_START.sub(lambda m: m.group() + "\\" if m.group()[0].isdigit() else "\\" + m.group(), text)
+    if block or heading:
+        text = _CLOSING.sub(lambda m: "\\" + m.group(), text)  # a heading's closing #s would be dropped
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+_UNESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])|&lt;|&amp;")
+
+
+def markdown_plain(text: str) -> str:
+    """The text :func:`markdown_text` was given, from what it wrote (line breaks come back as spaces).
+
+    >>> markdown_plain(markdown_text("<b>x</b> | &lt; **y** _z_", table=True))
+    '<b>x</b> | &lt; **y** _z_'
+    """
+    return _UNESCAPE.sub(lambda m: m.group(1) or {"&lt;": "<", "&amp;": "&"}[m.group()], text)
+
+
 def _escape(text: str) -> str:
-    """A cell's text made safe for one pipe-table cell: pipes escaped, line breaks folded to spaces."""
-    return " ".join(text.replace("|", "\\|").split())
+    """A cell's text made safe for one pipe-table cell (:func:`markdown_text` with ``table``)."""
+    return markdown_text(text, table=True)
 
 
 def _md_cell(c: str | dict[str, Any] | None, bold: bool) -> str:
@@ -99,11 +166,11 @@ def blocks_to_markdown(blocks: Iterable[dict[str, Any]]) -> str:
             level = int(b.get("level", 3))
             if not 1 <= level <= 6:
                 raise ValueError(f"heading level {level} is not 1..6")
-            parts.append("#" * level + " " + " ".join(b["text"].split()))
+            parts.append("#" * level + " " + markdown_text(b["text"], heading=True))
         elif kind == "text":
-            parts.append(" ".join(b["text"].split()))
+            parts.append(markdown_text(b["text"], block=True))
         elif kind == "list":
-            parts.append("\n".join("- " + " ".join(str(item).split()) for item in b["items"]))
+            parts.append("\n".join("- " + markdown_text(item, block=True) for item in b["items"]))
         elif kind == "table":
             head = [_escape(h) for h in b["head"]]
             bold = set(b.get("first_bold_rows") or ())

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..console import plural
 from ..errors import ShiftbenchError
-from ..files import in_the_way, make_folder, read_files_record, remove_stale_temps, temp_path, write_atomic
+from ..files import (in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps, temp_path,
+                     write_atomic)
 from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
                                  stored_thumbs, thumb_condition)
 from ..results.store import Store, params_key
@@ -34,6 +35,7 @@ from .tables import (CLEAN, Table, build_tables, condition_label, in_main_grid, 
                      to_markdown)
 
 from .analysis import analysis_blocks, analysis_figures
+from .blocks import markdown_plain
 from .stats import NOISE_RULE, Uncertainty
 
 REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
@@ -53,7 +55,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     those): the files replaced are named in one warning; any other file in the way refuses the report
     before anything is moved, so a user's file is never replaced or removed.
     """
-    out = Path(out)
+    out = out_folder(out, "report")  # "" would be the current folder
     made = make_folder(out, "report")  # an --out that cannot be made is refused before the store is read
     stage = temp_path(out / "report")
     try:
@@ -394,12 +396,12 @@ def markdown_blocks(text: str) -> list[dict[str, Any]]:
             i += 1
             continue
         if line.startswith("#"):
-            blocks.append({"kind": "heading", "text": line.lstrip("#").strip()})
+            blocks.append({"kind": "heading", "text": markdown_plain(line.lstrip("#").strip())})
             i += 1
         elif line.startswith("|"):
             table = []
             while i < len(lines) and lines[i].startswith("|"):
-                cells = [c.strip().replace("\\|", "|") for c in _split_row(lines[i])]
+                cells = [markdown_plain(c.strip()) for c in _split_row(lines[i])]
                 if not all(set(c) <= set("-: ") for c in cells):
                     table.append(cells)
                 i += 1
@@ -409,7 +411,7 @@ def markdown_blocks(text: str) -> list[dict[str, Any]]:
             while i < len(lines) and lines[i].strip() and not lines[i].startswith(("#", "|")):
                 para.append(lines[i].strip())
                 i += 1
-            blocks.append({"kind": "text", "text": " ".join(para)})
+            blocks.append({"kind": "text", "text": markdown_plain(" ".join(para))})
     return blocks
 
 

@@ -6,8 +6,12 @@ Read from the store alone, like the report (never a model). The files are writte
 folder inside ``out`` and moved into place only when every one of them is whole; a file of ``out`` is replaced
 only when an earlier export wrote it (``.shiftbench-export.json`` lists those), any other file in the way
 refuses the export before anything is moved. What a store lacks (a store written by an older shiftbench: no
-per-sample values, no run identity, no versions; fewer than ImageNet-C's 15 corruptions) is one note each,
-returned with the files and printed by ``shiftbench export``. docs/exports.md describes every field.
+per-sample values, no run identity, no versions; metrics that keep no per-sample values; fewer than ImageNet-C's 15
+corruptions) and what its numbers are not (a run not finished, a folder written by generate read as "clean", a value
+that is not a finite number) is one note each, returned with the files and printed by ``shiftbench export``.
+File and folder names made from names (run ids, datasets, model labels) are :func:`..files.file_stems`: bounded,
+portable, distinct on a case-insensitive file system; ``.shiftbench-export.json`` maps each file to the full
+names behind it. docs/exports.md describes every field.
 
 >>> FORMATS
 ('robustbench', 'jsonl', 'results')
@@ -25,23 +29,26 @@ import io
 import json
 import math
 import os
-import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from ..console import plural
 from ..errors import ShiftbenchError
-from ..files import in_the_way, make_folder, read_files_record, remove_stale_temps, temp_path, write_atomic
+from ..files import (file_stems, in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps,
+                     temp_path, write_atomic)
 from ..results.artifacts import stored_curation, stored_skipped
 from ..results.store import Store, params_key
 from ..severity import canonical
 from ..severity import label as severity_label
+from .build import generated_baseline
+from .caveats import check_samples, condition_text, generated_origin_text, samples_caveat, some, unfinished
 from .failure import failure_entries
 from .stats import NOISE_RULE, Uncertainty
-from .tables import CLEAN
+from .tables import CLEAN, condition_label
 
 __all__ = ["FORMATS", "SCHEMA_FILES", "ROBUSTBENCH_CORRUPTIONS", "EXPORT_RECORD", "Export", "export_store", "schema"]
 
@@ -57,6 +64,7 @@ ROBUSTBENCH_CORRUPTIONS = ("shot_noise", "motion_blur", "snow", "pixelate", "gau
                            "jpeg_compression", "elastic_transform")
 ROBUSTBENCH_SEVERITIES = (1, 2, 3, 4, 5)
 ROBUSTBENCH_METRIC = "top1"
+_GRID = [(c, s) for c in ROBUSTBENCH_CORRUPTIONS for s in ROBUSTBENCH_SEVERITIES]  # its 75 cells, in its order
 
 
 @dataclass
@@ -84,17 +92,18 @@ def export_store(store: str | os.PathLike, out: str | os.PathLike, fmt: str,
     fmt = _check_format(fmt)
     if all_runs and run_id:
         raise ShiftbenchError("export: give --run-id or --all, not both")
-    out = Path(out)
+    out = out_folder(out, "export")  # "" would be the current folder
     if not Path(store).exists():  # before --out is made: a mistyped store leaves no folder behind
         raise ShiftbenchError(f"{store}: store not found")
     made = make_folder(out, "export")
     stage = temp_path(out / "export")
     try:
-        loaded, notes = _load(store, run_id, all_runs)
+        loaded, notes = _load(store, run_id, all_runs, check=fmt != "robustbench")
         remove_stale_temps(out, recursive=False)  # a killed export's temporary folder (shiftbench's own name pattern)
         stage.mkdir()
-        notes += WRITERS[fmt](stage, loaded)
-        files = _publish(stage, out)
+        written, names = WRITERS[fmt](stage, loaded)
+        notes += written
+        files = _publish(stage, out, names)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         if made:
@@ -102,7 +111,7 @@ def export_store(store: str | os.PathLike, out: str | os.PathLike, fmt: str,
                 out.rmdir()  # only when empty: the folder this call made, nothing in it
         raise
     shutil.rmtree(stage, ignore_errors=True)
-    return Export(out, fmt, [run["run_id"] for run, *_ in loaded], files, notes)
+    return Export(out, fmt, [r.run["run_id"] for r in loaded], files, notes)
 
 
 def _check_format(fmt: str) -> str:
@@ -115,12 +124,43 @@ def _check_format(fmt: str) -> str:
 
 # -- reading ---------------------------------------------------------------------------------------------
 
-def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs: bool) -> tuple[list[tuple], list[str]]:
-    """The runs to export, each as (run, rows, samples, predictions); runs without results are noted and left
-    out (an error when that leaves none). A damaged store is one StoreError."""
+@dataclass
+class _Loaded:
+    """One run to export: its record, rows, per-sample values and predictions, whether its store keeps
+    per-sample values at all, ``partial`` (why its numbers are partial: a run not finished) and ``origin``
+    (the folder written by generate that it read as "clean")."""
+
+    run: dict[str, Any]
+    rows: list[dict[str, Any]]
+    samples: list[dict[str, Any]]
+    predictions: list[dict[str, Any]]
+    keeps_samples: bool
+    partial: str | None = None
+    origin: str | None = None
+
+    @property
+    def caveats(self) -> list[str]:
+        """What the run's numbers are not, one note each (every format says them)."""
+        rid = self.run["run_id"]
+        out = []
+        if self.partial:
+            out.append(f"run {rid}: {self.partial}: its numbers are those of the conditions it finished")
+        if self.origin:
+            out.append(f"run {rid}: its data is {self.origin}: what it read unshifted "
+                       f"({generated_baseline(self.run)}) is stored under shift 'clean', and every other shift was "
+                       "applied on top of it")
+        return out
+
+
+def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs: bool,
+          check: bool = True) -> tuple[list[_Loaded], list[str]]:
+    """The runs to export; runs without results are noted and left out (an error when that leaves none). A
+    damaged store is one StoreError, and so are per-sample values that are not finite (``check``: the formats
+    that write or use them)."""
     db = Store(store, create=False)
     try:
         db.check()
+        keeps = db.keeps_samples()
         if all_runs:
             ids = [r["run_id"] for r in db.runs()]
             if not ids:
@@ -133,12 +173,16 @@ def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs
         for rid in dict.fromkeys(ids):
             run = db.run(rid)
             rows = db.rows(rid)
+            partial = unfinished(run, db.condition_counts(rid))
             if not rows:
-                notes.append(f"run {rid}: no results yet: left out")
+                notes.append(f"run {rid}: no results yet{f' ({partial})' if partial else ''}: left out")
                 continue
             with db.reading("an artifact of run " + repr(rid)):
                 run = {**run, "skipped": stored_skipped(db, rid), "curation": stored_curation(db, rid)}
-            loaded.append((run, rows, db.samples(rid), db.predictions(rid)))
+            samples = db.samples(rid)
+            if check:
+                check_samples(samples, store, rid)
+            loaded.append(_Loaded(run, rows, samples, db.predictions(rid), keeps, partial, generated_origin_text(run)))
     finally:
         db.close()
     if not loaded:
@@ -160,28 +204,22 @@ def _finite(value: Any) -> Any:
     return f if math.isfinite(f) else None
 
 
-def _slug(text: str) -> str:
-    """A file or folder name from a label: runs of anything but letters, digits, '.', '_', '-' become '_'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._") or "_"
+def _not_finite(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows whose value is NaN or infinite, in words (``m, dataset 'd', fog s3: top1 = inf``)."""
+    return [f"{condition_text(r)}: {r['metric']} = {r['value']!r}" for r in rows
+            if r["value"] is not None and not math.isfinite(float(r["value"]))]
 
 
-def _unique(names: Iterable[str]) -> dict[str, str]:
-    """A distinct slug per name (``name``, ``name_2``, ... where two names give one slug)."""
-    out: dict[str, str] = {}
-    taken: set[str] = set()
-    for name in names:
-        base = _slug(name)
-        slug, k = base, 1
-        while slug in taken:
-            k += 1
-            slug = f"{base}_{k}"
-        taken.add(slug)
-        out[name] = slug
-    return out
+_LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # JSON keeps them raw
 
 
 def _dumps(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False)
+    """JSON (never NaN or Infinity) whose text holds no character a reader splits lines at (``str.splitlines``:
+    a name's U+0085 or U+2028 would cut a JSON line in two): those are written as \\u escapes."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False)
+    for char, escaped in _LINE_BREAKS.items():
+        text = text.replace(char, escaped)
+    return text
 
 
 def _exported_by() -> str:
@@ -199,21 +237,26 @@ def _condition(r: dict[str, Any]) -> tuple[str, str, str, str, Any]:
 
 # -- jsonl -----------------------------------------------------------------------------------------------
 
-def _write_jsonl(stage: Path, loaded: list[tuple]) -> list[str]:
+def _write_jsonl(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``samples.jsonl``: one line per (sample, condition, metric) with per-sample values, the sample's
     prediction and correct flag beside it where the store has predictions; a condition with predictions
     and no per-sample values (a store written before they were kept) gives lines with metric and value null."""
     notes = []
     with open(stage / SAMPLES_FILE, "w", encoding="utf-8", newline="\n") as fh:
-        for run, rows, samples, predictions in loaded:
+        for item in loaded:
+            run, rows, samples, predictions = item.run, item.rows, item.samples, item.predictions
             rid = run["run_id"]
+            notes += item.caveats
             preds: dict[tuple, dict[str, Any]] = {}
             for p in predictions:
                 key = (p["model"], p["shift"], params_key(p["params"]), canonical(p["severity"]))
                 preds.setdefault(key, {})[p["sample_id"]] = p["prediction"]
-            if not samples:
-                notes.append(f"run {rid}: no per-sample values (a store written before shiftbench kept them)"
+            lacking = samples_caveat(item.keeps_samples, run, rows, samples)
+            if lacking and not samples:
+                notes.append(f"run {rid}: {lacking}"
                              + (": lines from its predictions only, metric and value null" if preds else ": no lines"))
+            elif lacking:
+                notes.append(f"run {rid}: {lacking}: no lines for them")
             if not preds:
                 notes.append(f"run {rid}: no predictions (run without --log-samples): lines without prediction "
                              "or correct")
@@ -236,7 +279,7 @@ def _write_jsonl(stage: Path, loaded: list[tuple]) -> list[str]:
                         "severity": severity}
                 for sid, prediction in by_id.items():
                     fh.write(_dumps(_line(rid, base, sid, None, None, None, prediction)) + "\n")
-    return notes
+    return notes, {SAMPLES_FILE: {"runs": [item.run["run_id"] for item in loaded]}}
 
 
 def _line(run_id: str, cond: dict[str, Any], sample_id: str, metric: str | None, kind: str | None, value: Any,
@@ -253,25 +296,37 @@ def _line(run_id: str, cond: dict[str, Any], sample_id: str, metric: str | None,
 
 # -- results ---------------------------------------------------------------------------------------------
 
-def _write_results(stage: Path, loaded: list[tuple]) -> list[str]:
+def _write_results(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``<run id>.json`` per run: the run, its provenance, every result row with its 95% CI (and its change
     against clean with that change's test), the failure points and the notes."""
     notes: list[str] = []
-    names = _unique(run["run_id"] for run, *_ in loaded)
-    for run, rows, samples, _ in loaded:
-        own = _results_notes(run, samples)
+    names: dict[str, dict[str, Any]] = {}
+    stems = file_stems(item.run["run_id"] for item in loaded)
+    for item in loaded:
+        run, rows, samples = item.run, item.rows, item.samples
+        own = item.caveats + _results_notes(run, rows, samples, item.keeps_samples)
         notes += own
         doc = results_document(run, rows, samples, own)
-        write_atomic(stage / f"{names[run['run_id']]}.json", _dumps(doc, indent=1) + "\n")
-    return notes
+        name = f"{stems[run['run_id']]}.json"
+        write_atomic(stage / name, _dumps(doc, indent=1) + "\n")
+        names[name] = {"run": run["run_id"]}
+    return notes, names
 
 
-def _results_notes(run: dict[str, Any], samples: list[dict[str, Any]]) -> list[str]:
+def _results_notes(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict[str, Any]],
+                   keeps_samples: bool = True) -> list[str]:
     rid = run["run_id"]
     notes = []
-    if not samples:
-        notes.append(f"run {rid}: no per-sample values (a store written before shiftbench kept them): "
-                     "no confidence intervals and no failure points")
+    lacking = samples_caveat(keeps_samples, run, rows, samples)
+    if lacking:
+        notes.append(f"run {rid}: {lacking}: "
+                     + ("no confidence intervals and no failure points" if not samples
+                        else "their rows have no confidence interval"))
+    bad = _not_finite(rows)
+    if bad:
+        notes.append(f"run {rid}: {plural(len(bad), 'value')} "
+                     f"{'is not a finite number' if len(bad) == 1 else 'are not finite numbers'}, written as null "
+                     f"(JSON has neither NaN nor infinity): {some(bad, 3)}")
     if not run.get("identity"):
         notes.append(f"run {rid}: no run identity (a store written before shiftbench recorded it): "
                      "no weights hashes and no dataset fingerprint")
@@ -292,6 +347,7 @@ def results_document(run: dict[str, Any], rows: list[dict[str, Any]], samples: l
         "format_version": 1,
         "exported_by": _exported_by(),
         "run": {k: run.get(k) for k in ("run_id", "name", "status", "seed", "started", "finished")},
+        "baseline": generated_baseline(run) or CLEAN,
         "provenance": _provenance(run),
         "ci_method": ("95% percentile bootstrap over sample ids (1000 resamples, seeded by the run's seed), as the "
                       "report; the change against clean: " + NOISE_RULE),
@@ -376,36 +432,46 @@ def _failure_points(rows: list[dict[str, Any]], samples: list[dict[str, Any]], s
             point = {k: _finite(v) if not isinstance(v, (list, tuple)) else _finite(list(v))
                      for k, v in asdict(e["point"]).items()}
             out.append({"model": e["model"], "metric": metric, "shift": e["shift"], "params": e["params"],
-                        "group": e.get("group"), "severities": [canonical(s) for s in e["severities"]], **point})
+                        "group": e.get("group"), "scale": e["scale"],  # severities and point: on this scale
+                        "severities": [canonical(s) for s in e["severities"]], **point})
     return out
 
 
 # -- robustbench -----------------------------------------------------------------------------------------
 
-def _write_robustbench(stage: Path, loaded: list[tuple]) -> list[str]:
+def _write_robustbench(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """RobustBench's corruption layout per run: ``model_info/<dataset>/corruptions/<model>.json`` and
     ``unaggregated_results.csv`` beside them; with several runs each in a folder named by its run id."""
     notes: list[str] = []
-    names = _unique(run["run_id"] for run, *_ in loaded)
-    wrote = 0
-    for run, rows, _, _ in loaded:
-        root = stage if len(loaded) == 1 else stage / names[run["run_id"]]
-        files, own = robustbench_files(run, rows)
-        notes += own
+    names: dict[str, dict[str, Any]] = {}
+    stems = file_stems(item.run["run_id"] for item in loaded)
+    for item in loaded:
+        rid = item.run["run_id"]
+        prefix = "" if len(loaded) == 1 else f"{stems[rid]}/"
+        footnote = "; ".join(x for x in (f"partial run: {item.partial}" if item.partial else "",
+                                         f"measured on {item.origin}, not on clean images" if item.origin else "")
+                             if x)
+        files, own, behind = _robustbench(item.run, item.rows, footnote or None)
+        notes += item.caveats + own
         for rel, text in files.items():
-            path = root / rel
+            path = stage / (prefix + rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, text)
-        wrote += len(files)
-    if not wrote:
+            names[prefix + rel] = {"run": rid, **behind[rel]}
+    if not names:
         raise ShiftbenchError("export --format robustbench: " + "; ".join(notes)
                               + "; nothing to write (RobustBench's corruptions table is top-1 accuracy)")
-    return notes
+    return notes, names
 
 
 def _percent(value: float) -> str:
     """RobustBench's written form of an accuracy: a percentage with two decimals, as a string ("76.52")."""
     return f"{100.0 * value:.2f}"
+
+
+def _accuracy(value: Any) -> bool:
+    """Whether a stored top-1 is an accuracy RobustBench can hold: a finite number in [0, 1]."""
+    return value is not None and math.isfinite(float(value)) and 0.0 <= float(value) <= 1.0
 
 
 def _architecture(spec: dict[str, Any], label: str) -> str:
@@ -422,19 +488,54 @@ def robustbench_files(run: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[
 
     Only top-1 counts, at ImageNet-C's 15 corruptions with their own parameters and whole severities 1-5;
     ``corruptions_acc`` (the mean over all 75) only for a model that has every one of them."""
+    files, notes, _ = _robustbench(run, rows)
+    return files, notes
+
+
+def _generated_cell(run: dict[str, Any]) -> tuple[str, int] | None:
+    """The (corruption, severity) of RobustBench's table that a generated folder's unshifted images are: one of
+    ImageNet-C's 15 with its own parameters at a whole severity; None otherwise."""
+    origin = ((run.get("identity") or {}).get("dataset") or {}).get("generated") or {}
+    sev = canonical(origin.get("severity", 0))
+    if origin.get("shift") in ROBUSTBENCH_CORRUPTIONS and not origin.get("params") and sev in ROBUSTBENCH_SEVERITIES:
+        return origin["shift"], sev
+    return None
+
+
+def _robustbench(run: dict[str, Any], rows: list[dict[str, Any]], footnote: str | None = None
+                 ) -> tuple[dict[str, str], list[str], dict[str, dict[str, Any]]]:
+    """:func:`robustbench_files` and, per file, the names behind its path ({"dataset", "model"}); ``footnote``:
+    what the entry's numbers are not, written as RobustBench's optional ``footnote`` (its leaderboard shows it
+    under the model's name)."""
     rid = run["run_id"]
     notes: list[str] = []
     top1 = [r for r in rows if r["metric"] == ROBUSTBENCH_METRIC]
     if not top1:
-        return {}, [f"run {rid}: no top1 results: nothing in RobustBench's layout"]
-    left: dict[str, set] = {"fractional": set(), "params": set(), "other": set()}
+        return {}, [f"run {rid}: no top1 results: nothing in RobustBench's layout"], {}
+    generated = generated_baseline(run)
+    cell_of_base = _generated_cell(run) if generated else None
+    left: dict[str, set] = {"fractional": set(), "params": set(), "other": set(), "on top": set()}
+    bad: dict[str, list[str]] = {}  # model -> conditions whose top1 is no accuracy (NaN, infinite, outside [0, 1])
+    bad_clean: set[tuple[str, str]] = set()  # (dataset, model) whose clean top1 is no accuracy (said in that note)
     kept: dict[tuple[str, str], dict[Any, float | None]] = {}  # (dataset, model) -> {CLEAN or (corr, sev): value}
     for r in top1:
         key = (r["dataset"], r["model"])
         cells = kept.setdefault(key, {})
         sev = canonical(r["severity"])
+        if r["value"] is not None and not _accuracy(r["value"]):
+            if r["shift"] == CLEAN:
+                bad_clean.add(key)
+            bad.setdefault(r["model"], []).append(
+                (condition_label(r["shift"], r["params"]) + ("" if r["shift"] == CLEAN else f" s{severity_label(sev)}"))
+                + f" ({r['value']!r})")
+            continue
         if r["shift"] == CLEAN and not r["params"]:
-            cells[CLEAN] = r["value"]
+            if not generated:
+                cells[CLEAN] = r["value"]
+            elif cell_of_base is not None and r["value"] is not None:
+                cells[cell_of_base] = r["value"]  # the generated images are that corruption at that severity
+        elif generated:
+            left["on top"].add(r["shift"])  # two shifts at once: not a cell of RobustBench's table
         elif r["shift"] not in ROBUSTBENCH_CORRUPTIONS:
             left["other"].add(r["shift"])
         elif r["params"]:
@@ -443,23 +544,16 @@ def robustbench_files(run: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[
             left["fractional"].add(sev)
         elif r["value"] is not None:
             cells[(r["shift"], sev)] = r["value"]
-    if left["fractional"]:
-        shown = ", ".join(severity_label(s) for s in sorted(left["fractional"]))
-        notes.append(f"run {rid}: top1 at severities {shown} left out: RobustBench's table takes whole severities 1-5")
-    if left["params"]:
-        notes.append(f"run {rid}: {', '.join(sorted(left['params']))} with parameters of their own left out: "
-                     "RobustBench's table is ImageNet-C's corruptions as published")
-    if left["other"]:
-        notes.append(f"run {rid}: shifts outside ImageNet-C's 15 corruptions left out: {', '.join(sorted(left['other']))}")
+    notes += _left_out_notes(rid, generated, cell_of_base, left, bad)
     files: dict[str, str] = {}
+    behind: dict[str, dict[str, Any]] = {}
     datasets = sorted({d for d, _ in kept})
-    folders = _unique(datasets)
+    folders = file_stems(datasets)
     for dataset in datasets:
         models = [m for d, m in kept if d == dataset]
-        stems = _unique(models)
+        stems = file_stems(models)
         folder = f"model_info/{folders[dataset]}/corruptions"
-        columns = [(c, s) for c in ROBUSTBENCH_CORRUPTIONS for s in ROBUSTBENCH_SEVERITIES
-                   if any((c, s) in kept[(dataset, m)] for m in models)]
+        columns = [cell for cell in _GRID if any(cell in kept[(dataset, m)] for m in models)]
         table = []
         for model in models:
             cells = kept[(dataset, model)]
@@ -469,20 +563,51 @@ def robustbench_files(run: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[
             where = f"run {rid}: {model}" + (f" on {dataset}" if len(datasets) > 1 else "")
             if cells.get(CLEAN) is not None:
                 info["clean_acc"] = _percent(cells[CLEAN])
-            else:
+            elif not generated and (dataset, model) not in bad_clean:  # else said above
                 notes.append(f"{where}: clean_acc omitted: no clean top1")
             info["reported"] = ""
-            grid = [(c, s) for c in ROBUSTBENCH_CORRUPTIONS for s in ROBUSTBENCH_SEVERITIES]
-            if all(cell in cells for cell in grid):
-                info["corruptions_acc"] = _percent(float(np.mean([cells[cell] for cell in grid])))
+            if all(cell in cells for cell in _GRID):
+                info["corruptions_acc"] = _percent(float(np.mean([cells[cell] for cell in _GRID])))
             else:
                 notes.append(f"{where}: corruptions_acc omitted: {_coverage(cells)}")
+            if footnote:
+                info["footnote"] = footnote
             files[f"{folder}/{stems[model]}.json"] = _dumps(info, indent=2) + "\n"
+            behind[f"{folder}/{stems[model]}.json"] = {"dataset": dataset, "model": model}
             if any(cell in cells for cell in columns):
                 table.append((stems[model], [cells.get(cell) for cell in columns]))
         if table:
             files[f"{folder}/unaggregated_results.csv"] = _csv(columns, table)
-    return files, notes
+            rows_of = {stem for stem, _ in table}
+            behind[f"{folder}/unaggregated_results.csv"] = {
+                "dataset": dataset, "models": {stem: m for m, stem in stems.items() if stem in rows_of}}
+    return files, notes, behind
+
+
+def _left_out_notes(rid: str, generated: str | None, cell_of_base: Any, left: dict[str, set],
+                    bad: dict[str, list[str]]) -> list[str]:
+    """One note per kind of top1 the RobustBench layout leaves out (or moves, for a run on generated images)."""
+    notes: list[str] = []
+    if generated:
+        where = (f"written as its {cell_of_base[0]} s{cell_of_base[1]} cell" if cell_of_base else
+                 "left out (not one of ImageNet-C's 15 corruptions as published at a whole severity 1-5)")
+        notes.append(f"run {rid}: clean_acc omitted: what the run read unshifted are images generate made under "
+                     f"{generated.removesuffix(' (generated)')}, not clean ones; their top1 is {where}")
+    if left["on top"]:
+        notes.append(f"run {rid}: {', '.join(sorted(left['on top']))} applied on top of those generated images left "
+                     "out: two shifts at once are no cell of RobustBench's table")
+    if left["fractional"]:
+        shown = ", ".join(severity_label(s) for s in sorted(left["fractional"]))
+        notes.append(f"run {rid}: top1 at severities {shown} left out: RobustBench's table takes whole severities 1-5")
+    if left["params"]:
+        notes.append(f"run {rid}: {', '.join(sorted(left['params']))} with parameters of their own left out: "
+                     "RobustBench's table is ImageNet-C's corruptions as published")
+    if left["other"]:
+        notes.append(f"run {rid}: shifts outside ImageNet-C's 15 corruptions left out: {', '.join(sorted(left['other']))}")
+    for model, conditions in bad.items():
+        notes.append(f"run {rid}: {model}: top1 not an accuracy in [0, 1], left out (an empty cell): "
+                     f"{some(conditions, 3)}")
+    return notes
 
 
 def _coverage(cells: dict[Any, Any]) -> str:
@@ -509,7 +634,8 @@ def _csv(columns: list[tuple[str, int]], table: list[tuple[str, list[float | Non
     writer.writerow([""] + [c for c, _ in columns])
     writer.writerow([""] + [str(s) for _, s in columns])
     for name, values in table:
-        writer.writerow([name] + ["" if v is None else repr(float(v)) for v in values])
+        # an accuracy is a finite number (the writer leaves others out, with a note): never 'nan' or 'inf' here
+        writer.writerow([name] + ["" if v is None or not math.isfinite(v) else repr(float(v)) for v in values])
     return buffer.getvalue()
 
 
@@ -528,9 +654,18 @@ def _staged(stage: Path) -> Iterator[str]:
             yield path.relative_to(stage).as_posix()
 
 
-def _publish(stage: Path, out: Path) -> list[str]:
+def _earlier_names(out: Path) -> dict[str, Any]:
+    try:
+        found = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8")).get("names")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _publish(stage: Path, out: Path, names: dict[str, dict[str, Any]] | None = None) -> list[str]:
     """Move the finished export from ``stage`` into ``out``; refuses, before moving anything, a file in the way
-    that no earlier export wrote. Returns the files, relative to ``out``."""
+    that no earlier export wrote. Returns the files, relative to ``out``. The record lists every file exports
+    wrote there and, per file, the full names (run, dataset, model) its path was made from (``names``)."""
     files = list(_staged(stage))
     earlier = _earlier_export(out)
     existing = [f for f in files if in_the_way(out, f)]
@@ -543,5 +678,8 @@ def _publish(stage: Path, out: Path) -> list[str]:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage / name, out / name)
     kept = {f for f in earlier if (out / f).is_file()}
-    write_atomic(out / EXPORT_RECORD, json.dumps({"files": sorted(kept | set(files))}, indent=1) + "\n")
+    behind = {f: v for f, v in _earlier_names(out).items() if f in kept and f not in files}
+    behind.update({f: v for f, v in (names or {}).items() if f in files})
+    record = {"files": sorted(kept | set(files)), "names": dict(sorted(behind.items()))}
+    write_atomic(out / EXPORT_RECORD, _dumps(record, indent=1) + "\n")
     return files

@@ -255,9 +255,10 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
         from .failure import FRACTION
 
         columns.append({"group": "failure point", "head": "breaks at",
-                        "title": f"the earliest severity, over the run's corruptions, at which {metric} falls to "
-                                 f"{FRACTION:g} x clean (linear between measured severities, fractional ones "
-                                 "included), and the corruption; never: no corruption curve gets there"})
+                        "title": f"the earliest severity (1..5), over the run's corruptions, at which {metric} falls "
+                                 f"to {FRACTION:g} x clean (linear between measured severities, fractional ones "
+                                 "included), and the corruption; never: no corruption curve gets there; C-bar's "
+                                 "level-scale (0..10) curves are not severities: Failure points ranks them apart"})
     out_rows = []
     for model in models:
         clean_cell = main.cells.get((CLEAN, model))
@@ -286,9 +287,10 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
             "pairs": _pairs(models, metric, pct, rows, groups, unc)}
 
 
-_BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity where "
-                "the metric falls to half of clean (and under which corruption; never: no curve gets there within "
-                "the measured severities; all of them in Failure points).")
+_BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity (1..5) "
+                "where the metric falls to half of clean (and under which corruption; never: no curve gets there "
+                "within the measured severities; all of them in Failure points, C-bar's level-scale curves on their "
+                "own 0..10 scale).")
 
 
 _CUE_NOTE = (" Shape bias (Geirhos et al., ICLR 2019): shape decisions / (shape + texture decisions) on the "

@@ -42,13 +42,14 @@ from typing import Any, Sequence
 
 from ..console import plural
 from ..errors import ShiftbenchError
-from ..files import make_folder, write_atomic
+from ..files import make_folder, out_folder, write_atomic
 from ..results.identity import describe_changes
 from ..results.store import Store, canonical_json, params_key
 from ..severity import canonical
 from ..severity import label as severity_label
 from .blocks import blocks_to_markdown
 from .build import generated_baseline
+from .caveats import check_samples, generated_origin_text, samples_caveat, unfinished
 from .failure import breaks_at, failure_entries
 from .headline import (ATTACKS, CONTROLS, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, headline, headline_table,
                        order_tables)
@@ -80,6 +81,7 @@ class _Run:
     samples: list[dict[str, Any]]
     metric: str
     profile: dict[str, Any]
+    no_samples: str | None = None  # why metrics of the run have no per-sample values (caveats.samples_caveat)
 
     @property
     def where(self) -> str:
@@ -139,10 +141,12 @@ def _read(stores: Sequence[str | os.PathLike]) -> tuple[list[_Run], list[str]]:
             records = db.runs()
             if not records:
                 raise ShiftbenchError(f"{store}: the store holds no runs")
+            keeps = db.keeps_samples()
             for record in records:
                 where = f"{store} {record['run_id']}"
-                if record.get("status") != "done":
-                    left.append(f"{where}: not finished (status {record.get('status')}): left out")
+                partial = unfinished(record, db.condition_counts(record["run_id"]))
+                if partial:  # a partial run's numbers would rank against whole ones
+                    left.append(f"{where}: {partial}: left out")
                     continue
                 rows = db.rows(record["run_id"])
                 if not rows:
@@ -150,12 +154,15 @@ def _read(stores: Sequence[str | os.PathLike]) -> tuple[list[_Run], list[str]]:
                     continue
                 with db.reading("the per-sample values of run " + repr(record["run_id"])):
                     samples = db.samples(record["run_id"])
+                check_samples(samples, store, record["run_id"])
                 preferred = _preferred(record)
                 main = headline_table(_tables(rows, preferred, CLEAN), preferred)
                 if main is None:
                     left.append(f"{where}: no metric for a headline: left out")
                     continue
-                runs.append(_Run(str(store), record, rows, samples, main.metric, _profile(record, rows, main.metric)))
+                runs.append(_Run(str(store), record, rows, samples, main.metric, _profile(record, rows, main.metric),
+                                 samples_caveat(keeps, record, [r for r in rows if r["metric"] == main.metric],
+                                                samples)))
     return runs, left
 
 
@@ -331,10 +338,11 @@ class _Table:
         theirs = [r["value"] for r in run.rows if r["model"] == label and r["shift"] == CLEAN and r["metric"] == metric]
         if not mine or not theirs:
             return ""
+        base = "clean" if self.baseline == CLEAN else self.baseline  # a generated folder's own images
         if mine[0] == theirs[0]:
-            return f" (the same clean {metric})"
+            return f" (the same {base} {metric})"
         scale = 100.0 if self.main.percent else 1.0
-        return f" (clean {metric} {scale * theirs[0]:.4g} there, {scale * mine[0]:.4g} here)"
+        return f" ({base} {metric} {scale * theirs[0]:.4g} there, {scale * mine[0]:.4g} here)"
 
     def pair(self, above: str, below: str) -> dict[tuple[str, int], dict[str, Any]]:
         """The report's paired comparison of ``below`` against ``above`` on every mean column (the headline's
@@ -555,8 +563,14 @@ def _board_table(index: int, group: _Group, table: _Table, columns: list[dict[st
             "ci": "the 95% CIs of the two overlap",
             None: "never marked in this column (it has no interval)"}[column["kind"]]
     if column["kind"] == "paired" and table.unc is None:
-        rule = "never marked here: the store has no per-sample values, so no paired test"
-    head_text = column["head"] if col else f"clean {table.main.metric}"
+        why = next((run.no_samples for run in group.runs if run.no_samples), "no per-sample values")
+        rule = f"never marked here: {why}, so no paired test"
+    base = "clean" if table.baseline == CLEAN else table.baseline  # a generated folder's images are not clean
+    head_text = column["head"] if col else f"{base} {table.main.metric}"
+    origin = generated_origin_text(group.runs[0].record)
+    if origin:  # the headline's columns say it; the sentence says what it means
+        fallback += (f"The data of these runs is {origin}: what they read unshifted is {table.baseline}, not clean, "
+                     "and every change in brackets is against it. ")
     note = (f"{fallback}Ranked by {head_text} ({'higher' if column['better'] == 'high' else 'lower'} is better; "
             f"rows without a value last). ≈ after a rank: within noise of the row above, where {rule}. One row per "
             f"model and weights (sha256, first 12 hex digits). " + _HOVER.sub("", table.head.get("note") or ""))
@@ -621,23 +635,10 @@ def leaderboard_blocks(board: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _inert(block: dict[str, Any]) -> dict[str, Any]:
-    """A block whose strings cannot become markup where the Markdown is rendered (``<`` as an entity: no tag can
-    open): a model or run name is data."""
-    def safe(text: Any) -> str:
-        return str(text).replace("<", "&lt;")
-
-    if block["kind"] in ("heading", "text"):
-        return {**block, "text": safe(block["text"])}
-    if block["kind"] == "list":
-        return {**block, "items": [safe(i) for i in block["items"]]}
-    return {**block, "head": [safe(h) for h in block["head"]],
-            "rows": [[safe(c["text"] if isinstance(c, dict) else c) for c in row] for row in block["rows"]]}
-
-
 def to_markdown(board: dict[str, Any]) -> str:
-    """The leaderboard in Markdown: one pipe table per set of comparable runs, each value with its 95% CI."""
-    return blocks_to_markdown([_inert(b) for b in leaderboard_blocks(board)])
+    """The leaderboard in Markdown: one pipe table per set of comparable runs, each value with its 95% CI; every
+    model, run and store name shown as it is, never rendered (blocks.markdown_text escapes its markup)."""
+    return blocks_to_markdown(leaderboard_blocks(board))
 
 
 _SCRIPT = """
@@ -745,7 +746,7 @@ def to_html(board: dict[str, Any]) -> str:
 def write_leaderboard(board: dict[str, Any], out: str | os.PathLike) -> tuple[Path, Path]:
     """Write ``leaderboard.md`` and ``leaderboard.html`` into ``out``; a file of that name that an earlier
     leaderboard did not write is never replaced (one line says so, before anything is written)."""
-    out = Path(out)
+    out = out_folder(out, "leaderboard")  # "" would be the current folder
     targets = ((out / "leaderboard.md", MD_MARK), (out / "leaderboard.html", HTML_MARK))
     for path, mark in targets:
         if path.is_symlink() or (path.exists() and not path.is_file()):

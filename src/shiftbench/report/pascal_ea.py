@@ -31,6 +31,7 @@ from ..errors import ShiftbenchError
 from ..results.artifacts import stored_quality_rows
 from ..severity import Severity, canonical
 from ..severity import label as severity_label
+from .blocks import markdown_text
 
 __all__ = ["ATTRIBUTE_COLUMNS", "attribute_value", "table1", "quality_table", "pascal_blocks", "blocks_markdown",
            "write_pascal_ea", "stored_quality_rows", "main", "PAPER_TABLE1", "hurt_most", "family_drops",
@@ -312,7 +313,7 @@ def pascal_blocks(rows: Sequence[dict[str, Any]], quality_rows: Sequence[dict[st
 
 def _md_cell(cell: Any, bold: bool = False) -> str:
     text = cell if isinstance(cell, str) else str(cell.get("text", ""))
-    text = text.replace("|", "\\|")
+    text = markdown_text(text, table=True)
     return f"**{text}**" if bold and text and text != "–" else text
 
 
@@ -321,11 +322,11 @@ def blocks_markdown(blocks: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     for b in blocks:
         if b["kind"] == "heading":
-            lines += [f"## {b['text']}", ""]
+            lines += [f"## {markdown_text(b['text'], heading=True)}", ""]
         elif b["kind"] == "text":
-            lines += [b["text"], ""]
+            lines += [markdown_text(b["text"], block=True), ""]
         elif b["kind"] == "list":
-            lines += [f"- {item}" for item in b["items"]] + [""]
+            lines += [f"- {markdown_text(item, block=True)}" for item in b["items"]] + [""]
         else:
             lines.append("| " + " | ".join(_md_cell(c) for c in b["head"]) + " |")
             lines.append("|" + "---|" * len(b["head"]))

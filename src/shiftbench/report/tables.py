@@ -12,6 +12,7 @@ from typing import Any, Iterable
 from ..errors import SeverityError
 from ..severity import canonical
 from ..severity import label as severity_label
+from .blocks import markdown_text
 
 CLEAN = "clean"
 
@@ -198,11 +199,13 @@ def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
 def to_markdown(table: Table) -> str:
     arrow = "↑" if table.higher_is_better else "↓"
     unit = " (%)" if table.percent else ""
-    head = f"| condition | " + " | ".join(table.columns()) + " |"
-    lines = [f"### {table.metric}{unit} {arrow}", "", head, "|" + "---|" * (len(table.columns()) + 1)]
+    # model names and condition labels are data: shown as text, never rendered (blocks.markdown_text)
+    head = f"| condition | " + " | ".join(markdown_text(m, table=True) for m in table.columns()) + " |"
+    lines = [f"### {markdown_text(table.metric, heading=True)}{unit} {arrow}", "", head,
+             "|" + "---|" * (len(table.columns()) + 1)]
     for row in table.rows:
-        lines.append(f"| {_md_escape(table.label(row))} | " + " | ".join(table.text(row, m) + (" ≈" if _noise(table, row, m) else "")
-                                                       for m in table.columns()) + " |")
+        cells = [table.text(row, m) + (" ≈" if _noise(table, row, m) else "") for m in table.columns()]
+        lines.append(f"| {markdown_text(table.label(row), table=True)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -210,10 +213,6 @@ def _noise(table: Table, row: str, model: str) -> bool:
     """Whether a shifted cell's change against clean is within noise (its test's p >= 0.05)."""
     cell = table.cells.get((row, model))
     return row != CLEAN and cell is not None and bool(getattr(cell, "noise", None))
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def to_csv_rows(table: Table) -> list[list[str]]:

@@ -51,7 +51,8 @@ def describe_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 continue  # the sample count already says the ids changed
             if isinstance(x, dict) and isinstance(y, dict) and "files" in x and "files" in y:
                 same_size = (x["files"], x["bytes"]) == (y["files"], y["bytes"])
-                parts.append(f"{key}: file sizes or times" if same_size else
+                # a file's fingerprint is its bytes' SHA-256, a folder's its files' sizes and mtimes
+                parts.append(f"{key}: the same size, other contents or file times" if same_size else
                              f"{key}: {x['files']} files/{x['bytes']} bytes → {y['files']} files/{y['bytes']} bytes")
             elif key == "samples":
                 parts.append(f"{x} → {y} samples")

@@ -390,6 +390,12 @@ class Store(Database):
                 raise self._damaged(f"{len(d['ids'])} sample ids for {len(d['values'])} values ({d['metric']})")
         return out
 
+    def keeps_samples(self) -> bool:
+        """Whether the store has the table of per-sample values: False for a store written by a shiftbench that
+        did not keep them yet (then :meth:`samples` is ``[]`` for every run, whatever its metrics)."""
+        with self.reading("its tables"):
+            return self._has_samples(self._conn)
+
     def put_artifact(self, run_id: str, key: str, data: bytes, meta: Any = None) -> None:
         """Store a small binary artifact of a run (e.g. a sample thumbnail for the report's grids)."""
         with self._write() as conn:

@@ -31,6 +31,7 @@ from ...conditioning.captions import create_captioner
 from ...conditioning.masks import dilate
 from ...conditioning.prompts import resolve_prompt
 from ...errors import ShiftbenchError
+from ...resize import LIMIT, MAX_SHORTER
 from ...sample import Sample
 from .base import BackgroundShift, blend_background, feather_alpha
 
@@ -131,8 +132,10 @@ class _DiffusionBackground(BackgroundShift):
             raise ShiftbenchError(f"guidance must be a number >= 1, got {guidance!r}")
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
             raise ShiftbenchError(f"steps must be an int in 1..1000, got {steps!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 16 or size % 8:
-            raise ShiftbenchError(f"size must be a multiple of 8 px (>= 16), got {size!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_SHORTER or size % 8:
+            # a size x size picture: within the one limit on image sizes (resize.LIMIT)
+            raise ShiftbenchError(f"size must be a multiple of 8 px in 16..{MAX_SHORTER} (the generated picture is "
+                                  f"size x size, within {LIMIT}), got {size!r}")
         resolve_prompt(prompt, class_name="x", caption="x")  # an unknown prompt name fails now
         self.model_ref, self.prompt, self.guidance, self.steps, self.size = model, prompt, float(guidance), steps, size
         self.device, self.dtype = device, dtype
