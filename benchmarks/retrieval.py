@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from shiftbench.engine.retrieval import retrieve
+from shiftbench.tasks.retrieval import retrieve
 
 
 def main() -> None:

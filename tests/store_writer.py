@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 
 def expected_value(condition: int, batch: int) -> float:
@@ -16,7 +16,7 @@ def run(db: str, name: str, conditions: int, batches: int, delay: float) -> None
     store = Store(db)
     run_id = store.start_run({"writer": name, "conditions": conditions, "batches": batches}, seed=0)
     for c in range(conditions):
-        key = ConditionKey(model=f"m{c % 3}", dataset="d", shift=f"s{c}", params={"k": c}, severity=c % 5 + 1)
+        key = Condition(model=f"m{c % 3}", dataset="d", shift=f"s{c}", params={"k": c}, severity=c % 5 + 1)
         cid = store.condition(run_id, key)
         if store.is_done(cid):
             continue

@@ -11,27 +11,11 @@ what changed, condition by condition. After an intended change of behaviour, wri
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from repo_tools import skip_without_backends
+from repo_tools import tool as _tool
 
-TOOL = Path(__file__).resolve().parent.parent / "tools" / "record_behaviour.py"
-
-
-def _tool():
-    name = "record_behaviour"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TOOL)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-tool = _tool()
-HUB = {"classification", "segmentation", "detection", "captioning", "retrieval"}
+tool = _tool("record_behaviour")
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +26,7 @@ def recorded():
 @pytest.mark.slow
 @pytest.mark.parametrize("part", tool.PARTS)
 def test_part_behaves_as_recorded(part, recorded):
-    if part in HUB:
-        pytest.importorskip("transformers")
-    if part == "detection":
-        pytest.importorskip("pycocotools")
+    skip_without_backends(part)
     assert part in recorded["parts"], f"{part}: not in {tool.RECORD} (record it: python tools/record_behaviour.py)"
     now, _ = tool.record_part(part)
     lines = tool.differences(recorded["parts"][part], now)

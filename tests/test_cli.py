@@ -156,9 +156,9 @@ def test_evaluate_ends_with_the_headline_the_engine_the_resumed_work_and_the_nex
     head = run_headline(tmp_path / "r.db", run)
     assert f"headline of run {run}: top1" in out and "top1 (%)" in out and "dummy_classifier" in out
     clean = next(r["value"] for r in rows if r["shift"] == "clean")
-    assert head["rows"][0]["cells"][0]["text"] == f"{100 * clean:.1f}"
-    for cell in head["rows"][0]["cells"]:
-        assert cell["text"] in out and (not cell["ci"] or cell["ci"] in out)
+    assert head.rows[0].cells[0].text == f"{100 * clean:.1f}"
+    for cell in head.rows[0].cells:
+        assert cell.text in out and (not cell.ci or cell.ci in out)
     assert f"3 result rows of run {run} in {tmp_path / 'r.db'}" in out
     assert f"next: shiftbench report --store {tmp_path / 'r.db'} --out r-report" in out
     # a second call resumes everything and says so

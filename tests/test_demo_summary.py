@@ -8,11 +8,11 @@ import io
 from rich.console import Console
 
 from shiftbench.demo.run import _print_classification
+from shiftbench.results.records import Row
 
 
 def _row(model, shift, value, params=None, severity=5):
-    return {"model": model, "shift": shift, "params": params or {}, "severity": severity, "metric": "top1",
-            "value": value, "n": 64}
+    return Row(model, "d", shift, params or {}, severity, metric="top1", value=value, n=64)
 
 
 def test_controls_and_attack_are_not_averaged_into_the_backgrounds():

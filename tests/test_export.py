@@ -26,7 +26,7 @@ from shiftbench.metrics.uncertainty import sample_statistic
 from shiftbench.report import build_report
 from shiftbench.report import export as ex
 from shiftbench.report.tables import condition_label, severity_row
-from shiftbench.results.store import ConditionKey, Store, params_key
+from shiftbench.results.store import Condition, Store, params_key
 
 COMMON = tuple(IMAGENET_C_CORRUPTIONS)
 
@@ -46,7 +46,7 @@ def write_store(db: Path, samples: list[dict], rows: list[dict], spec: dict, **r
         key = (r["model"], r["shift"], params_key(r["params"]), r["severity"])
         results[key][r["metric"]] = (r["value"], r["n"], {"higher_is_better": r["metric"] != "ece", "metric": r["metric"]})
     for (model, shift, pk, severity), res in results.items():
-        cid = store.condition(run, ConditionKey(model, "objects", shift, json.loads(pk), severity))
+        cid = store.condition(run, Condition(model, "objects", shift, json.loads(pk), severity))
         store.finish_condition(cid, res, samples=by_cond.get((model, shift, pk, severity)) if samples else None)
     store.finish_run(run)
     store.close()
@@ -351,7 +351,7 @@ def test_predictions_without_per_sample_values_still_give_lines(tmp_path, capsys
     db = tmp_path / "p.db"
     store = Store(db)
     run = store.start_run({"dataset": "objects"}, seed=0)
-    cid = store.condition(run, ConditionKey("m", "objects", "clean", {}, 0))
+    cid = store.condition(run, Condition("m", "objects", "clean", {}, 0))
     store.save_batch(cid, 0, {"n": 2}, predictions=[("a", {"pred": 1, "correct": True}), ("b", {"pred": 0, "correct": False})])
     store.finish_condition(cid, {"top1": (0.5, 2)})
     store.close()

@@ -87,6 +87,7 @@ POLICY = ShiftPolicy(["gaussian_noise"])
 TINY_SPEC = {"dataset": "_test_tiny", "dataset_params": {"n": 4},
              "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
              "shifts": ["clean", {"name": "_test_noise", "severities": [1]}], "metrics": ["top1"], "batch_size": 4}
+# (derive_seed, Shift.rng and Shift.draw_parsed are internal: they take a seed checked where it entered)
 ENTRY_POINTS = {
     "shift(image)": lambda s: NOISE(IMAGE, severity=2, seed=s),
     "shift(image), no draws": lambda s: BRIGHT(IMAGE, severity=2, seed=s),
@@ -98,7 +99,6 @@ ENTRY_POINTS = {
     "text draw_text": lambda s: TEXT.draw_text("a cat", 2, seed=s),
     "chain": lambda s: CHAIN(IMAGE, severity=2, seed=s),
     "make_rng": lambda s: make_rng(s, "id", "name"),
-    "derive_seed": lambda s: derive_seed(s, "id", "name"),
     "spec": lambda s: load_spec({**TINY_SPEC, "seed": s}),
     "policy.choose": lambda s: POLICY.choose(0, 0, seed=s),
     "policy.sample": lambda s: POLICY.sample(SAMPLE, 0, 0, seed=s),
@@ -262,6 +262,20 @@ def test_evaluate_api_takes_a_numpy_seed_and_stores_the_int(tmp_path):
     sb.evaluate({**TINY_SPEC, "seed": np.int64(SEED_MAX - 2)}, store=tmp_path / "r.db")
     with Store(tmp_path / "r.db", create=False) as store:
         assert store.run()["seed"] == SEED_MAX - 2
+
+
+def test_the_seed_and_severity_are_checked_where_they_enter_not_per_sample(tmp_path, monkeypatch):
+    """The spec parses the seed and severities once; the run draws every sample with them as parsed
+    (``Shift.draw_parsed``): the shifts' own checks are never called downstream."""
+    import shiftbench.shifts.base as shift_base
+
+    calls = []
+    monkeypatch.setattr(shift_base, "check_seed", lambda seed, where="seed": calls.append(seed) or seed)
+    monkeypatch.setattr(shift_base.Shift, "check_severity", lambda self, s: calls.append(s) or s)
+    sb.evaluate({**TINY_SPEC, "seed": 5}, store=tmp_path / "r.db")
+    assert calls == []
+    NOISE.draw(SAMPLE, 2, seed=5)  # the Python API checks each once
+    assert calls == [5, 2]
 
 
 def test_an_edited_spec_object_is_refused_before_setup(tmp_path):

@@ -314,16 +314,16 @@ def test_evaluate_store_report_shows_shape_bias_with_the_controls(tmp_path, caps
     from shiftbench.report import run_headline
 
     head = run_headline(db)
-    assert head["metric"] == "shape_bias"
-    heads = [c["head"] for c in head["columns"]]
+    assert head.metric == "shape_bias"
+    heads = [c.head for c in head.columns]
     assert heads == ["shape_bias (%)", "cue decided (%)", "texture alone (%)", "silhouette alone (%)", "chance (%)"]
-    assert [g for g, _ in head["groups"]] == ["clean", "cue conflict", "single-cue controls"]
-    cells = head["rows"][0]["cells"]
-    assert cells[0]["ci"].startswith("[") and cells[0]["n"] == 12  # shape bias with its CI; n: the condition's images
-    assert cells[1]["n"] == 6 and cells[2]["n"] == cells[3]["n"] == 3 and cells[4]["text"] == "1.2"
+    assert [g for g, _ in head.groups] == ["clean", "cue conflict", "single-cue controls"]
+    cells = head.rows[0].cells
+    assert cells[0].ci.startswith("[") and cells[0].n == 12  # shape bias with its CI; n: the condition's images
+    assert cells[1].n == 6 and cells[2].n == cells[3].n == 3 and cells[4].text == "1.2"
     out = tmp_path / "report"
     assert main(["report", "--store", str(db), "--out", str(out)]) == 0
     capsys.readouterr()
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert "shape_bias (%)" in html and "silhouette alone (%)" in html and cells[0]["ci"] in html
+    assert "shape_bias (%)" in html and "silhouette alone (%)" in html and cells[0].ci in html
     assert "shape_bias" in (out / "tables.md").read_text(encoding="utf-8")

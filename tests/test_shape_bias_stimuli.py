@@ -86,13 +86,13 @@ def test_evaluate_store_report_on_the_stimuli_runs_the_published_protocol(tmp_pa
     from shiftbench.report import run_headline
 
     head = run_headline(db)
-    assert head["metric"] == "shape_bias"
-    cells = head["rows"][0]["cells"]
-    assert cells[0]["ci"].startswith("[") and head["columns"][1]["head"] == "cue decided (%)"
+    assert head.metric == "shape_bias"
+    cells = head.rows[0].cells
+    assert cells[0].ci.startswith("[") and head.columns[1].head == "cue decided (%)"
     out = tmp_path / "report"
     assert main(["report", "--store", str(db), "--out", str(out)]) == 0
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert "shape_bias (%)" in html and cells[0]["ci"] in html
+    assert "shape_bias (%)" in html and cells[0].ci in html
 
 
 def test_the_aggregation_is_named_in_the_spec_and_changes_the_run(tmp_path, lite0_logits):

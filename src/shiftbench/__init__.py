@@ -36,7 +36,7 @@ def chain(*steps: Any):
     """A composed shift, its steps applied in order: ``sb.chain(("background_color", {"color": "red"}),
     "gaussian_noise")``. A step is a name, ``(name, params)``, ``(name, params, severity)``, ``{name, params,
     severity}`` or a Shift; steps without a severity run at the chain's (see shiftbench.shifts.chain)."""
-    from .shifts.chain import chain as _chain
+    from .shifts.chain import chain as _chain  # deferred: start-up cost (registers the shift modules)
 
     return _chain(*steps)
 
@@ -55,7 +55,7 @@ def list_datasets(pattern: str | None = None) -> list[str]:
 
 def load_dataset(name_or_path: str, **kwargs: Any):
     """Load a registered dataset by name, or read a dataset folder/file by path."""
-    from .datasets import load as _load  # the readers' dispatcher
+    from .datasets import load as _load  # deferred: start-up cost (imports every reader)
 
     return _load(name_or_path, **kwargs)
 
@@ -70,6 +70,6 @@ def create_metric(name: str, **kwargs: Any):
 
 def evaluate(spec_or_path: Any, store: Any = None, **kwargs: Any) -> list[dict[str, Any]]:
     """Run a benchmark spec (dict, Spec or YAML path); returns the result rows (see DESIGN.md)."""
-    from .engine.evaluate import evaluate as _evaluate
+    from .engine.evaluate import evaluate as _evaluate  # deferred: start-up cost (the whole engine)
 
     return _evaluate(spec_or_path, store=store, **kwargs)

@@ -14,9 +14,26 @@ from typing import Any
 
 import click
 
-from .console import plural, print_table
+from .console import make_console, plural, print_table
+from .demo import run_demo
 from .engine import DEFAULT_SHARD
+from .engine.cluster import token_auth
+from .engine.curate import curate
+from .engine.engines import check_reachable, import_ray
+from .engine.evaluate import evaluate, prepare
+from .engine.generate import GenerateOptions, generate, parse_severities, resolve_shifts
+from .engine.provenance import environment
+from .engine.spec import PIXELS, load_spec
 from .errors import ShiftbenchError
+from .files import out_folder, write_atomic
+from .models.retrieval import CHECKPOINT_NAME, cache_dir
+from .models.retrieval_training import train_retrievers
+from .registry import DATASETS, METRICS, MODELS, SHIFTS, summary_line
+from .report import build_report, run_headline
+from .report.export import export_store
+from .report.leaderboard import leaderboard, to_markdown, write_leaderboard
+from .report.terminal import print_headline
+from .results.store import Store, spec_hash
 from .seeds import parse_seed
 
 KINDS = ("shifts", "models", "datasets", "metrics")
@@ -32,12 +49,6 @@ class SeedParam(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         return parse_seed(value, param.opts[0] if param is not None and param.opts else "--seed")
-
-
-def _console(stderr: bool = False):
-    from .console import make_console
-
-    return make_console(stderr)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -76,8 +87,6 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
     """List registered shifts, models, datasets or metrics (PATTERN is a glob, e.g. '*blur*')."""
     from rich.table import Table
 
-    from .registry import DATASETS, METRICS, MODELS, SHIFTS, summary_line
-
     registries = {"shifts": SHIFTS, "models": MODELS, "datasets": DATASETS, "metrics": METRICS}
     kinds = KINDS if kind == "all" else (kind,)
     found = {k: registries[k].entries(pattern) for k in kinds}
@@ -85,7 +94,7 @@ def list_cmd(kind: str, pattern: str | None, names: bool) -> None:
         if kind == "all":
             raise ShiftbenchError(f"nothing matches {pattern!r} (shifts, models, datasets, metrics)")
         raise ShiftbenchError(registries[kind].no_match_message(pattern))
-    console = _console()
+    console = make_console()
     for k in kinds:
         entries = found[k]
         if pattern and not entries:  # `list all PATTERN`: only the kinds it matches
@@ -131,8 +140,6 @@ def _details(meta: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def env_cmd(as_json: bool) -> None:
     """Versions, devices and which optional backends are importable."""
-    from .engine.provenance import environment
-
     info = environment(devices=True)
     if as_json:
         click.echo(json.dumps(info, indent=2))
@@ -147,7 +154,7 @@ def env_cmd(as_json: bool) -> None:
     for name, version in info["packages"].items():
         table.add_row(name, version or "[dim]not installed[/dim]")
     table.add_row("devices", ", ".join(info["devices"]))
-    _console().print(table)
+    make_console().print(table)
 
 
 # -- evaluate -----------------------------------------------------------------------------------
@@ -176,22 +183,21 @@ def env_cmd(as_json: bool) -> None:
               help="CPUs of the local Ray cluster the ray engine starts (default: all).")
 @click.option("--shard-size", type=click.IntRange(min=1), default=None,
               help=f"Samples per unit of the ray engine (whole batches; default {DEFAULT_SHARD}).")
-@click.option("--pixels", type=click.Choice(["auto", "device", "cpu"]), default=None,  # spec.PIXELS (not imported: CLI start-up)
+@click.option("--pixels", type=click.Choice(PIXELS), default=None,
               help="Where corruptions run: auto (default: on the models' GPU when every model is a torch "
                    "classifier there), device (the models' device, whatever it is) or cpu.")
-def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, limit: int | None,
-                 log_samples: bool, run_id: str | None, on_error: str | None, new_run: bool, engine: str | None,
-                 address: str | None, workers: int | None, shard_size: int | None, pixels: str | None) -> None:
-    """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store."""
-    from .engine.spec import load_spec
-
-    spec = load_spec(config).with_run(limit=limit, log_samples=log_samples or None, on_error=on_error).with_engine(
-        name=engine, address=address, workers=workers, shard_size=shard_size, pixels=pixels)
+def evaluate_cmd(config: str, store: str | None, results_json: str | None, dry_run: bool, run_id: str | None,
+                 new_run: bool, **engine: Any) -> None:
+    """Run a benchmark spec: models x (clean + shifts x severities) -> metrics in the store (``engine``: the
+    run options --limit, --log-samples, --on-error and the engine's --engine, --address, --workers,
+    --shard-size, --pixels)."""
+    run = {"limit": engine.pop("limit"), "log_samples": engine.pop("log_samples") or None,
+           "on_error": engine.pop("on_error")}
+    spec = load_spec(config).with_run(**run).with_engine(name=engine.pop("engine"), **engine)
     store = store or str(Path(config).with_suffix(".db").name)
     if dry_run:
         _dry_run(spec, store, run_id, new_run)
         return
-    from .engine.evaluate import evaluate
 
     opened: list[Any] = []  # the run as evaluate found it in the store (engine.evaluate.RunStart)
     rows = evaluate(spec, store=store, run_id=run_id, progress=True, new_run=new_run, on_start=opened.append)
@@ -205,7 +211,7 @@ def _print_found(spec, store: str, rows: list[dict[str, Any]], opened: Any, resu
     report's own, from the store), where the rows are and the commands that go further."""
     import shlex
 
-    console = _console()
+    console = make_console()
 
     def say(text: str) -> None:
         console.print(text, soft_wrap=True, markup=False)
@@ -219,8 +225,6 @@ def _print_found(spec, store: str, rows: list[dict[str, Any]], opened: Any, resu
                "(--run-id NAME starts a separate run)" if opened.same_inputs else ""))
     _print_headline(console, store, run_id)
     say(f"{plural(len(rows), 'result row')} of run {run_id} in {store}" + (f" and {results_json}" if results_json else ""))
-    from .results.store import Store
-
     with Store(store, create=False) as db:
         several = len(db.runs()) > 1
     quoted = shlex.quote(str(store))
@@ -248,8 +252,6 @@ def _engine_line(engine) -> str:
 
 def _print_headline(console, store: str, run_id: str | None) -> None:
     """The run's headline, computed from the store as the report computes it (report.run_headline)."""
-    from .report import run_headline
-    from .report.terminal import print_headline
 
     try:
         head = run_headline(store, run_id)
@@ -258,30 +260,23 @@ def _print_headline(console, store: str, run_id: str | None) -> None:
                                                 f"{one_line(str(exc))}); `shiftbench report` shows the results")
         return
     if head is not None:
-        print_headline(console, head, f"headline of run {run_id}: {head['metric']}")
+        print_headline(console, head, f"headline of run {run_id}: {head.metric}")
 
 
 def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
     """Everything the run does before its first model call (engine.evaluate.prepare), then the plan."""
-    from .engine.evaluate import prepare
-    from .results.store import Store
 
     address = spec.engine.address
     if spec.engine.ray:  # Ray importable and the cluster answering, as the run would check
-        from .engine.engines import check_reachable, import_ray
 
         import_ray()
         if address not in (None, "", "auto"):
-            from .engine.cluster import token_auth
-
             check_reachable(address)
             token_auth(address)  # a cluster that would refuse the run's token (or its lack) refuses now
     plan = prepare(spec)
     where = "new store"
     path = Path(store)
     if path.is_file() and path.stat().st_size > 0:  # would the run resume, start, or stop on changed inputs?
-        from .results.store import spec_hash
-
         raw = plan.spec.raw  # with the metrics a spec without them takes from its task
         with Store(path, create=False) as db:
             rid, exists = db.resolve_run(raw, plan.identity(), run_id=run_id, new_run=new_run)
@@ -301,7 +296,7 @@ def _print_plan(plan, store: str, defaults: bool = False) -> None:
         table.add_column(col)
     for i, c in enumerate(conditions, 1):
         table.add_row(str(i), c.model, c.shift, json.dumps(c.params) if c.params else "", str(c.severity))
-    console = _console()
+    console = make_console()
 
     def say(text: str) -> None:  # paths and names: never hard-wrapped, never read as rich markup
         console.print(text, soft_wrap=True, markup=False)
@@ -329,8 +324,6 @@ def _print_plan(plan, store: str, defaults: bool = False) -> None:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
-    from .files import write_atomic
-
     if not path.parent.exists():
         raise ShiftbenchError(f"{path}: folder {path.parent} does not exist")
     write_atomic(path, json.dumps(value, indent=1))
@@ -382,31 +375,19 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               help="Ray cluster to join (HOST:PORT of its head); default: start a local one on --workers CPUs.")
 @click.option("--shard-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sample indices per work unit (the outputs do not depend on it).")
-def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, workers: int, seed: int,
-                 limit: int | None, layout: str, fmt: str | None, shard_samples: int, quality: int | None,
-                 jpeg_quality: int | None, protocol: str | None, resize: int | None, crop: str | None,
-                 interpolation: str | None, params: tuple[str, ...], on_error: str, engine: str, address: str | None,
-                 shard_size: int) -> None:
+def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, **options: Any) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
-    from .engine.generate import generate, parse_severities, resolve_shifts
 
-    if layout in ("png", "jpeg"):  # the option's older meaning: an image folder in that encoding
-        if fmt is not None and fmt != layout:
-            raise ShiftbenchError(f"--format {layout} and --image-format {fmt} disagree; give one of them")
-        layout, fmt = "folder", layout
-    if quality is not None and jpeg_quality is not None and quality != jpeg_quality:
-        raise ShiftbenchError(f"--quality {quality} and --jpeg-quality {jpeg_quality} disagree; give --quality only")
     names = resolve_shifts(shifts)
-    shift_params = _parse_params(params)
-    summary = generate(dataset, names, parse_severities(severity, "--severity"), out, workers=workers, seed=seed, limit=limit,
-                       image_format=fmt, layout=layout, shard_samples=shard_samples,
-                       quality=quality if quality is not None else jpeg_quality, shift_params=shift_params,
-                       progress=True, on_error=on_error, engine=engine, address=address, shard_size=shard_size,
-                       protocol=protocol, resize=resize, crop=_parse_crop(crop), interpolation=interpolation,
-                       announce=lambda line: _console().print(line, soft_wrap=True, markup=False))
+    shift_params = _parse_params(options.pop("params"))
+    severities = parse_severities(severity, "--severity")
+    options.update(image_format=options.pop("fmt"), shift_params=shift_params, crop=_parse_crop(options["crop"]),
+                   progress=True,
+                   announce=lambda line: make_console().print(line, soft_wrap=True, markup=False))
+    summary = generate(dataset, names, severities, out, GenerateOptions.parse(**options))
     unreadable = (f", {summary['unreadable']} unreadable or failed sample(s) skipped (see the manifest)"
                   if summary["unreadable"] else "")
-    _console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}", soft_wrap=True, markup=False)
+    make_console().print(f"wrote {summary['written']} outputs ({summary['skipped']} already done{unreadable}) to {out}", soft_wrap=True, markup=False)
 
 
 def _parse_crop(text: str | None) -> int | list[int] | None:
@@ -441,11 +422,10 @@ def _parse_params(items: tuple[str, ...]) -> dict[str, Any]:
 @click.option("--limit", type=click.IntRange(min=1), default=None)
 def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | None, limit: int | None) -> None:
     """Keep the samples every model of an ensemble classifies correctly on clean data (ObjectCompose)."""
-    from .engine.curate import curate
 
     names = [m.strip() for m in models.split(",") if m.strip()]
     summary = curate(dataset, names, out, min_mask_fraction=min_mask_fraction, limit=limit)
-    _console().print(f"kept {summary['kept']} of {summary['total']} samples "
+    make_console().print(f"kept {summary['kept']} of {summary['total']} samples "
                      f"(dropped: {summary['dropped']}) -> {out}")
 
 
@@ -458,14 +438,12 @@ def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | N
 @click.option("--all-runs", is_flag=True, help="Every run of the store, one section each.")
 def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
     """Build tables and an HTML report from a results store (never re-runs models)."""
-    from .results.store import Store
-    from .report import build_report
 
     if all_runs:
         with Store(store, create=False) as db:
             run_ids = tuple(r["run_id"] for r in db.runs())
     path = build_report(store, out, run_id=list(run_ids) if run_ids else None)
-    _console().print(f"report: {path}", soft_wrap=True, markup=False)
+    make_console().print(f"report: {path}", soft_wrap=True, markup=False)
 
 
 @cli.command("export")
@@ -479,12 +457,11 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
 @click.option("--all", "all_runs", is_flag=True, help="Every run of the store.")
 def export_cmd(store: str, fmt: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
     """Export runs of a results store for other tools (never re-runs models; docs/exports.md)."""
-    from .report.export import export_store
 
     done = export_store(store, out, fmt, run_id=list(run_ids) if run_ids else None, all_runs=all_runs)
     for note in done.notes:  # what the store lacked, one line each
         click.echo(f"note: {one_line(note)}", err=True)
-    _console().print(f"export {done.format}: {plural(len(done.files), 'file')} of {plural(len(done.runs), 'run')} "
+    make_console().print(f"export {done.format}: {plural(len(done.files), 'file')} of {plural(len(done.runs), 'run')} "
                      f"in {out}", soft_wrap=True, markup=False)
 
 
@@ -493,7 +470,6 @@ def export_cmd(store: str, fmt: str, out: str, run_ids: tuple[str, ...], all_run
 @click.option("--quick", is_flag=True, help="A smaller run (about a minute on 2 CPU cores).")
 def demo_cmd(out: str, quick: bool) -> None:
     """Run the bundled benchmark on built-in data with the bundled models and write a report."""
-    from .demo import run_demo
 
     run_demo(out, quick=quick)
 
@@ -509,8 +485,6 @@ def demo_cmd(out: str, quick: bool) -> None:
                    "gamma-text, breaks-at, ...")
 def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) -> None:
     """One row per (model, weights) across STORES and their runs, ranked, ties within noise marked (≈)."""
-    from .files import out_folder
-    from .report.leaderboard import leaderboard, to_markdown, write_leaderboard
 
     if out is not None:
         out_folder(out, "leaderboard")  # an empty --out refused before anything is printed
@@ -518,7 +492,7 @@ def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) ->
     click.echo(to_markdown(board), nl=False)
     if out is not None:
         md, html = write_leaderboard(board, out)
-        _console().print(f"leaderboard: {md} and {html}", soft_wrap=True, markup=False)
+        make_console().print(f"leaderboard: {md} and {html}", soft_wrap=True, markup=False)
 
 
 # -- train-retriever (issue 9: composed image retrieval) ----------------------------------------------
@@ -529,8 +503,6 @@ def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) ->
 @click.option("--seed", type=SeedParam(), default=0, show_default=True, help="Random seed, 0 <= seed < 2**63.")
 def train_retriever_cmd(out: str | None, epochs: int | None, seed: int) -> None:
     """Train the combiner and text_only's projection on objects-cir train (CPU, minutes)."""
-    from .models.retrieval import cache_dir, CHECKPOINT_NAME
-    from .models.retrieval_training import train_retrievers
 
     path = Path(out) if out else cache_dir() / f"{CHECKPOINT_NAME}.safetensors"
     command = "shiftbench train-retriever" + (f" --epochs {epochs}" if epochs else "") + f" --seed {seed}"

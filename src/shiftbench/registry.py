@@ -21,20 +21,56 @@ import fnmatch
 import importlib
 import inspect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterable
 
 from .errors import ShiftbenchError, UnknownNameError
 
 
+@dataclass(frozen=True)
+class ShiftInfo:
+    """A shift's declaration, read through :func:`shift_info`: ``family``, its ``group=`` (``noise``, ``cbar``,
+    ``background``...); ``role``, its class's (``corruption``, ``text``, ``background``, ``attribute``, ``baseline``);
+    ``compose``, its conditions' ObjectCompose family (``prompt``: the prompt names it); ``source``, an attack's
+    parameter naming its source model, and its default; ``level``: char or word; ``contract``: False where the
+    weight-free shift contract does not apply (weights, other shifts)."""
+
+    family: str | None = None
+    role: str = "other"
+    compose: str | None = None
+    source: tuple[str, str] | None = None
+    level: str | None = None
+    contract: bool = True
+
+    @classmethod
+    def declared(cls, target: Any, group: str | None = None, **given: Any) -> "ShiftInfo":
+        return cls(**{"family": group, "role": getattr(target, "role", "other"), **given})
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """A metric's task (``classification`` ... or ``any``) and direction: its class's ``task`` and
+    ``higher_is_better`` (a lazy entry's keywords), read through :func:`metric_info`."""
+
+    task: str = "any"
+    higher_is_better: bool = True
+
+    @classmethod
+    def declared(cls, target: Any, **given: Any) -> "MetricInfo":
+        given.setdefault("higher_is_better", bool(getattr(target, "higher_is_better", True)))
+        return cls(**{"task": getattr(target, "task", "any"), **given})
+
+
 @dataclass
 class Entry:
-    """One registered name. ``target`` is the object, or a ``"module:attr"`` string until resolved."""
+    """One registered name. ``target`` is the object, or a ``"module:attr"`` string until resolved; ``meta``: its
+    registration keywords as given; ``info``: their typed form (ShiftInfo, MetricInfo), what code reads."""
 
     name: str
     target: Any
     description: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    info: Any = None
 
     @property
     def lazy(self) -> bool:
@@ -55,11 +91,12 @@ class Registry:
     """Names -> factories, with lazy entries, scheme prefixes (``timm:NAME``) and glob listing.
 
     ``providers`` are modules imported on first use; they register the built-in entries. They must
-    stay light (no torch at import time): heavy entries are registered lazily.
+    stay light (no torch at import time): heavy entries are registered lazily; ``info`` types their keywords.
     """
 
-    def __init__(self, kind: str, providers: Iterable[str] = ()):
+    def __init__(self, kind: str, providers: Iterable[str] = (), info: Callable[..., Any] | None = None):
         self.kind = kind
+        self._info = info
         self._providers = list(providers)
         self._loaded = False
         self._entries: dict[str, Entry] = {}
@@ -90,7 +127,8 @@ class Registry:
             raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
         if name in self._entries and self._entries[name].target is not target:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
-        self._entries[name] = Entry(name, target, description, dict(meta))
+        info = None if self._info is None else self._info(target, **meta)
+        self._entries[name] = Entry(name, target, description, dict(meta), info)
 
     def add_lazy(self, name: str, target: str, *, description: str = "", **meta: Any) -> None:
         if ":" not in target:
@@ -203,11 +241,17 @@ def summary_line(doc: str | None) -> str:
 
 
 def _check_arguments(kind: str, name: str, factory: Any, kwargs: dict[str, Any]) -> None:
-    """Refuse unknown or missing keyword arguments with a message naming the accepted ones."""
+    """Refuse unknown or missing keyword arguments with a message naming the accepted ones (the fields of a
+    factory's ``option_groups``, the dataclasses its ``**`` keywords are parsed into, among them)."""
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # builtins without a signature: let the call decide
         return
+    if getattr(factory, "option_groups", ()):
+        own = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+        names = [f.name for g in factory.option_groups for f in fields(g) if f.name not in signature.parameters]
+        keyword = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None) for n in names]
+        signature = signature.replace(parameters=own + keyword)
     try:
         signature.bind(**kwargs)
     except TypeError as exc:
@@ -228,8 +272,25 @@ SHIFTS = Registry(
         "shiftbench.shifts.attributes",
         "shiftbench.shifts.chain",
     ],
+    info=ShiftInfo.declared,
 )
 MODELS = Registry("model", providers=["shiftbench.models"])
 DATASETS = Registry("dataset", providers=["shiftbench.datasets"])
-METRICS = Registry("metric", providers=["shiftbench.metrics"])
+METRICS = Registry("metric", providers=["shiftbench.metrics"], info=MetricInfo.declared)
 TASKS = Registry("task", providers=["shiftbench.tasks"])
+
+
+# -- the one reader of shift and metric declarations ---------------------------------------------
+def shift_info(name: str) -> ShiftInfo:
+    """A shift's declaration; the empty one (no family) for a name no shift is registered under."""
+    return SHIFTS.entry(name).info if name in SHIFTS else ShiftInfo()
+
+
+def family_members(family: str) -> list[str]:
+    """The registered shifts of a family, by name."""
+    return [e.name for e in SHIFTS.entries() if e.info.family == family]
+
+
+def metric_info(metric: Any) -> MetricInfo:
+    """A metric's task and direction: a registered name's declaration, or a metric object's own attributes."""
+    return METRICS.entry(metric).info if isinstance(metric, str) else MetricInfo.declared(metric)

@@ -43,7 +43,7 @@ import numpy as np
 from .errors import ShiftbenchError
 
 __all__ = ["INTERPOLATIONS", "PRECISION_BITS", "MAX_SIDE", "MAX_PIXELS", "MAX_SHORTER", "SizeError", "LIMIT",
-           "check_pixels", "check_size", "check_shorter", "resized_size", "crop_corner", "resize",
+           "check_pixels", "check_size", "check_shorter", "resized_size", "crop_corner", "resize", "resample",
            "pil_weights", "resize_tensor", "vertical_first", "nearest_index", "resize_nearest", "crop_then_resize",
            "crop_then_resize_tensor", "tf_crop_box", "opencv_weights", "check_interpolation"]
 
@@ -133,16 +133,21 @@ def crop_corner(height: int, width: int, crop_h: int, crop_w: int) -> tuple[int,
 
 def resize(image: np.ndarray, size: tuple[int, int], interpolation: str = "bilinear") -> np.ndarray:
     """An HxWx3 (or HxW) uint8 image resized to ``size`` (height, width) by Pillow's ``Image.resize`` with the
-    named filter; returned as it is at its own size (as Pillow and torchvision leave it)."""
+    named filter, both checked; returned as it is at its own size. :func:`resample`: the same, unchecked (per sample)."""
+    h, w = int(size[0]), int(size[1])
+    if image.shape[:2] != (h, w):
+        check_interpolation(interpolation)
+        check_pixels(h, w, f"resizing a {image.shape[0]}x{image.shape[1]} image")
+    return resample(image, (h, w), interpolation)
+
+
+def resample(image: np.ndarray, size: tuple[int, int], interpolation: str) -> np.ndarray:
     from PIL import Image
 
-    h, w = int(size[0]), int(size[1])
-    if image.shape[:2] == (h, w):
+    if image.shape[:2] == tuple(size):
         return image
-    check_interpolation(interpolation)
-    check_pixels(h, w, f"resizing a {image.shape[0]}x{image.shape[1]} image")
-    resample = getattr(Image.Resampling, INTERPOLATIONS[interpolation])
-    return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((w, h), resample))
+    pillow_filter = getattr(Image.Resampling, INTERPOLATIONS[interpolation])
+    return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((size[1], size[0]), pillow_filter))
 
 
 # -- labels: the nearest mapping, so masks, ids and class maps follow an image ----------------------------------

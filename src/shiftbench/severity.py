@@ -116,15 +116,17 @@ def parse(value: Any, where: str = "severities") -> tuple[Severity, ...]:
     return tuple(values)
 
 
-def check(values: Sequence[Any], lo: int, hi: int, continuous: bool, where: str, shift_name: str) -> tuple[Severity, ...]:
-    """``values`` for a shift with range ``lo..hi``: each in range; fractional ones only for a dial."""
+def check(values: Sequence[Any], shift: Any, where: str, shift_name: str | None = None) -> tuple[Severity, ...]:
+    """Parsed ``values`` for ``shift`` (in its range; fractional only for a dial), canonical: the one check of the spec's,
+    ``generate``'s and a policy's severities, trusted downstream (``Shift.draw_parsed``)."""
+    (lo, hi), name = shift.severities, shift_name or shift.name
     out = []
     for v in values:
         v = canonical(v, where)
         if not lo <= v <= hi:
-            raise SeverityError(f"{where}: severity {label(v)} is outside {lo}..{hi} for shift {shift_name!r}")
-        if not continuous and not isinstance(v, int):
-            raise SeverityError(f"{where}: shift {shift_name!r} takes whole severities {lo}..{hi}, got {label(v)}")
+            raise SeverityError(f"{where}: severity {label(v)} is outside {lo}..{hi} for shift {name!r}")
+        if not getattr(shift, "continuous", False) and not isinstance(v, int):
+            raise SeverityError(f"{where}: shift {name!r} takes whole severities {lo}..{hi}, got {label(v)}")
         out.append(v)
     return tuple(out)
 

@@ -6,9 +6,9 @@ names so that ``from shiftbench.spec import load_spec`` keeps working. Nothing i
 
 from __future__ import annotations
 
-from .engine.spec import (AnalysisSection, CurateSection, EngineSection, ModelSpec, PlannedCondition,
+from .engine.spec import (AnalysisSection, CurateSection, EngineSection, ModelSpec, Condition,
                           PreprocessSection, QualitySection, ShiftSpec, Spec, load_spec)
 from .errors import SpecError
 
-__all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "QualitySection", "CurateSection",
+__all__ = ["Spec", "ShiftSpec", "ModelSpec", "Condition", "EngineSection", "QualitySection", "CurateSection",
            "AnalysisSection", "PreprocessSection", "load_spec", "SpecError"]

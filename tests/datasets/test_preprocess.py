@@ -270,3 +270,19 @@ def test_property_boxes_enclose_their_moved_masks_and_drop_only_when_outside(sce
         whole = Preprocessing(resize, None, "nearest").apply(Sample(image=image, mask=instances == k + 1, id="q"))
         top, left = out.meta["preprocess"]["crop"][:2]
         assert not whole.mask[top:top + ch, left:left + cw].any()
+
+
+def test_a_parsed_section_builds_its_transform_once(monkeypatch):
+    """The spec's preprocess section is parsed once; every sample reuses its transform, checked no more."""
+    from shiftbench.engine.spec import preprocess_section
+
+    section = preprocess_section({"resize": 24, "crop": 16})
+    built = section.transform
+    monkeypatch.setattr(Preprocessing, "__post_init__", lambda self: pytest.fail("rebuilt per sample"))
+    import shiftbench.resize as resize_module
+
+    for name in ("check_interpolation", "check_pixels", "check_shorter"):
+        monkeypatch.setattr(resize_module, name, lambda *a: pytest.fail("re-checked per sample"))
+    for i in range(3):
+        assert section.apply(make_sample(40 + i, 30)).image.shape == (16, 16, 3)
+    assert section.transform is built

@@ -57,9 +57,9 @@ def test_resume_after_kill_is_byte_identical(tmp_path):
     code = (
         "import sys, time; sys.path[:0] = [%r, %r]\n"
         "import tiny_registry, shiftbench.engine.generate as g\n"
-        "orig = g._run_job\n"
+        "import shiftbench.engine.generate.journal as j; orig = j.run_job\n"
         "def slow(job):\n    time.sleep(0.05); return orig(job)\n"
-        "g._run_job = slow\n"
+        "j.run_job = slow\n"
         "g.generate('_test_tiny', ['_test_noise'], [1, 2, 3, 4, 5], %r, seed=2)\n"
     ) % (str(TESTS), str(TESTS.parent / "src"), str(out))
     proc = subprocess.Popen([sys.executable, "-c", code])

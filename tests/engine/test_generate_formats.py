@@ -108,9 +108,9 @@ def test_coco_generate_resumed_after_a_kill_gives_the_same_bytes(tmp_path):
     code = (
         "import sys, time; sys.path[:0] = [%r]\n"
         "import shiftbench.engine.generate as g\n"
-        "orig = g._run_job\n"
+        "import shiftbench.engine.generate.journal as j; orig = j.run_job\n"
         "def slow(job):\n    time.sleep(0.3); return orig(job)\n"
-        "g._run_job = slow\n"
+        "j.run_job = slow\n"
         "g.generate(%r, ['gaussian_noise'], [1, 2, 3, 4, 5], %r, seed=1)\n"
     ) % (str(TESTS.parent / "src"), str(root), str(out))
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -165,7 +165,8 @@ def test_protocol_needs_class_folders_and_preprocessing_refuses_copied_annotatio
 
 def test_preprocessed_generate_is_what_a_run_with_that_preprocess_section_sees(tmp_path):
     """Lossless output of ``resize``/``crop``: the pixels the run's loader gives for the same spec section."""
-    from shiftbench.engine.kernel import Condition, Loader
+    from shiftbench.condition import Condition
+    from shiftbench.engine.kernel import Loader, Planned
     from shiftbench.spec import load_spec
 
     out = tmp_path / "out"
@@ -175,7 +176,7 @@ def test_preprocessed_generate_is_what_a_run_with_that_preprocess_section_sees(t
                          "preprocess": {"resize": 30, "crop": [24, 20], "interpolation": "lanczos"}},
                         check_names=False).preprocess
     batch = Loader(sb.load_dataset("_test_tiny"), 3, preprocess=section).load(
-        Condition("_test_noise", {}, 2, sb.create_shift("_test_noise")), range(4))
+        Planned(Condition("", "", "_test_noise", {}, 2), sb.create_shift("_test_noise")), range(4))
     by_index = {r["index"]: r for r in records(out)}
     for i, s in enumerate(batch.samples):
         assert by_index[i]["params"] == batch.params[i]

@@ -114,9 +114,9 @@ def test_killed_generate_resumes_to_the_same_bytes(outputs, tmp_path):
     code = (
         "import sys, time; sys.path[:0] = [%r, %r]\n"
         "import shiftbench.engine.generate as g\n"
-        "orig = g._run_job\n"
+        "import shiftbench.engine.generate.journal as j; orig = j.run_job\n"
         "def slow(job):\n    time.sleep(0.3); return orig(job)\n"
-        "g._run_job = slow\n"
+        "j.run_job = slow\n"
         "g.generate(%r, %r, [2], %r, seed=3, layout='webdataset', shard_samples=5, shard_size=2)\n"
     ) % (str(TESTS), str(TESTS.parent / "src"), str(src), SHIFTS, str(target))
     proc = subprocess.Popen([sys.executable, "-c", code])

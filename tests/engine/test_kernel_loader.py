@@ -12,7 +12,8 @@ import shiftbench as sb
 import tiny_registry  # noqa: F401 - registers _test_modeled (a shift that fails on a chosen sample)
 from shiftbench.datasets import Subset
 from shiftbench.engine import kernel
-from shiftbench.engine.kernel import CLEAN, Condition, Loader
+from shiftbench.condition import Condition
+from shiftbench.engine.kernel import CLEAN, Loader, Planned
 from shiftbench.engine.quality import evaluate_quality
 from shiftbench.errors import ShiftbenchError
 from shiftbench.results.artifacts import stored_analysis, stored_quality_rows
@@ -95,8 +96,8 @@ def test_fail_stops_the_quality_pass_naming_the_sample():
                                               rf"{FAILING}: RuntimeError: cannot paint"):
         evaluate_quality(Subset(OBJECTS, [0, 1, 2]), [{"name": "_test_modeled", "params": {"fail_on": FAILING}}],
                          features=PixelFeatures())
-    loader = Loader(Subset(OBJECTS, [0, 1, 2]), 0, "skip", "cpu", (), "quality")
-    batch = loader.batch(Condition("_test_modeled", {}, 5, shift), 0, 3)
+    loader = Loader(Subset(OBJECTS, [0, 1, 2]), 0, on_error="skip", pixels="cpu", step="quality")
+    batch = loader.batch(Planned(Condition("", "", "_test_modeled", {}, 5), shift), 0, 3)
     assert [str(s.id) for s in batch.samples] == [OBJECTS.sample_id(0), OBJECTS.sample_id(2)]
     assert [sid for sid, _ in batch.skipped] == [FAILING]
 
@@ -136,9 +137,9 @@ def test_batches_equal_the_whole_set_shifted_at_once():
     shift = sb.create_shift("gaussian_noise")
     data = Subset(OBJECTS, list(range(5)))
     whole = shift([data.load(i) for i in range(5)], severity=2, seed=7)
-    cond = Condition("gaussian_noise", {}, 2, shift)
+    cond = Planned(Condition("", "", "gaussian_noise", {}, 2), shift)
     for size in (1, 2, 5):
-        got = [s for b in Loader(data, 7, "fail", "cpu").batches(cond, size) for s in b.samples]
+        got = [s for b in Loader(data, 7, on_error="fail", pixels="cpu").batches(cond, size) for s in b.samples]
         assert all(np.array_equal(a.image, b.image) for a, b in zip(got, whole)) and len(got) == 5
     assert [str(s.id) for b in Loader(data, 7).batches(CLEAN, 2, limit=3) for s in b.samples] == [
         OBJECTS.sample_id(i) for i in range(3)]
@@ -160,7 +161,7 @@ def test_a_query_shift_failure_names_the_query(tmp_path, monkeypatch):
             raise RuntimeError("cannot corrupt this one")
         return original(q, shift, severity, seed)
 
-    monkeypatch.setattr(query_shifts, "corrupt_query", corrupt)
+    monkeypatch.setattr("shiftbench.engine.retrieval.corrupt_query", corrupt)  # the runner's (imported) name
     spec = {"dataset": "objects-cir", "dataset_params": {"split": "val"}, "limit": 4, "batch_size": 4,
             "models": ["image_only"], "metrics": ["recall"],
             "shifts": ["clean", {"name": "gaussian_noise", "severities": [1]}]}
@@ -198,5 +199,5 @@ def test_generate_reads_and_shifts_through_the_loader(tmp_path, monkeypatch):
     manifest = [json.loads(line) for line in (tmp_path / "out" / "manifest.jsonl").read_text().splitlines()]
     shift = sb.create_shift("gaussian_noise")
     expected = Loader(Subset(OBJECTS, list(range(5))), 3, step="generate").load(
-        Condition("gaussian_noise", {}, 2, shift), range(5))
+        Planned(Condition("", "", "gaussian_noise", {}, 2), shift), range(5))
     assert [r["params"] for r in sorted(manifest, key=lambda r: r["index"])] == expected.params

@@ -16,7 +16,8 @@ import tiny_registry  # noqa: F401 - _test_tiny, _test_noise
 from shiftbench.engine.kernel import CLEAN, Loader
 from shiftbench.errors import SpecError
 from shiftbench.report.build import _inputs, preprocess_text
-from shiftbench.results.store import Store, spec_hash
+from shiftbench.results.records import Run, load
+from shiftbench.results.store import spec_hash
 from shiftbench.spec import PreprocessSection, load_spec
 
 BASE = {"dataset": "_test_tiny", "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],
@@ -71,9 +72,10 @@ def test_the_loader_preprocesses_right_after_reading_before_the_shift():
     clean = pre.read(range(3)).samples
     assert [s.image.shape for s in clean] == [(16, 12, 3)] * 3
     np.testing.assert_array_equal(clean[0].image, section.apply(ds.load(0)).image)
-    from shiftbench.engine.kernel import Condition
+    from shiftbench.condition import Condition
+    from shiftbench.engine.kernel import Planned
 
-    cond = Condition("_test_noise", {}, 2, noise)
+    cond = Planned(Condition("", "", "_test_noise", {}, 2), noise)
     shifted = pre.load(cond, range(3))
     # the shift sees the preprocessed sample: its draw and its pixels are those of shifting that sample
     for s, p, ref in zip(shifted.samples, shifted.params, clean):
@@ -87,7 +89,7 @@ def test_a_crop_larger_than_an_image_stops_the_run_or_is_skipped(tmp_path):
     with pytest.raises(sb.ShiftbenchError, match=r"sample img000: the centre crop 44x44 is larger than the image"):
         sb.evaluate(spec, store=tmp_path / "a.db")
     ds = sb.load_dataset("_test_tiny")
-    batch = Loader(ds, 0, "skip", preprocess=load_spec(spec).preprocess).batch(CLEAN, 0, 3)
+    batch = Loader(ds, 0, on_error="skip", preprocess=load_spec(spec).preprocess).batch(CLEAN, 0, 3)
     assert batch.samples == [] and [sid for sid, _ in batch.skipped] == ["img000", "img001", "img002"]
 
 
@@ -117,16 +119,15 @@ def test_every_step_of_a_run_sees_the_preprocessed_pixels(tmp_path, monkeypatch)
     rows = sb.evaluate(spec, store=tmp_path / "r.db")
     assert rows and {step for step, _ in seen} >= {"evaluate", "curate", "quality", "analysis"}
     assert {shape for _, shape in seen} == {(208, 200, 3)}
-    with Store(tmp_path / "r.db") as store:
-        run = store.runs()[0]
-    assert run["spec"]["preprocess"] == {"resize": 240, "interpolation": "bicubic", "crop": [208, 200]}
+    run, = load(tmp_path / "r.db")
+    assert run.spec["preprocess"] == {"resize": 240, "interpolation": "bicubic", "crop": [208, 200]}
     assert ("preprocessing", "resize shorter side to 240 (bicubic, Pillow), then centre crop 208x200 (before any shift; "
                              "masks and boxes follow)") in _inputs(run)
 
 
 def test_report_provenance_without_preprocessing_has_no_line():
     assert preprocess_text(None) is None
-    assert all(key != "preprocessing" for key, _ in _inputs({"spec": {"dataset": "x"}}))
+    assert all(key != "preprocessing" for key, _ in _inputs(Run("r", {"dataset": "x"}, {}, 0, 0.0, None, "done")))
 
 
 def test_composed_retrieval_refuses_preprocessing(tmp_path):

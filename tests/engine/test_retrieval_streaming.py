@@ -13,12 +13,13 @@ import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
 from cir_fakes import fake_retrievers
 
 from shiftbench.engine.evaluate import evaluate
-from shiftbench.engine.retrieval import (GalleryCache, _default_similarity, _gammas, _results, _shifted_queries,
-                                         retrieve, run_retrieval, setup_retrieval, subset_ranks)
-from shiftbench.metrics.retrieval import RECALL_KS
+from shiftbench.models.retrieval import ComposedRetriever
+from shiftbench.engine.retrieval import GalleryCache, _shifted_queries, run_retrieval, setup_retrieval
+from shiftbench.metrics.retrieval import RECALL_KS, condition_results, gamma_results
 from shiftbench.registry import SHIFTS
 from shiftbench.results.store import Store
 from shiftbench.spec import load_spec
+from shiftbench.tasks.retrieval import retrieve, subset_ranks
 
 SPEC = {"dataset": "objects-cir", "dataset_params": {"split": "val"},
         "models": ["image_only", "text_only", "sum_fusion", "combiner"],
@@ -43,24 +44,25 @@ def _one_pass(spec: dict, models: dict) -> list:
     out, clean = [], {}
     for s in parsed.shifts:
         for severity in s.severities:
-            from shiftbench.engine.kernel import Condition
+            from shiftbench.condition import Condition
+            from shiftbench.engine.kernel import Planned
 
-            cond = Condition(s.name, dict(s.params), severity, SHIFTS.create(s.name, **s.params))
+            cond = Planned(Condition("", "", s.name, dict(s.params), severity), SHIFTS.create(s.name, **s.params))
             shifted = _shifted_queries(queries, cond, parsed.seed)
             for label, model in models.items():
                 gallery = np.concatenate([model.gallery_features([setup.dataset.load_gallery(g).image])
                                           for g in setup.gallery.ids])
                 composed = model.compose(model.image_features([q.reference.image for q in shifted]),
                                          model.text_features([q.text for q in shifted]))
-                sim = None if type(model).similarity is _default_similarity() else model.similarity
+                sim = None if type(model).similarity is ComposedRetriever.similarity else model.similarity
                 _, _, ranks = retrieve(composed, gallery, setup.targets, setup.exclude, k=max(RECALL_KS),
                                        similarity=sim)
                 sub = subset_ranks(model.similarity, composed, gallery, setup.targets, setup.subsets)
-                results = _results(setup.metric_names, ranks, sub, setup.categories, setup.n_queries)
+                results = condition_results(setup.metric_names, ranks, sub, setup.categories, setup.n_queries)
                 if s.name == "clean":
                     clean[label] = {k: v[0] for k, v in results.items()}
                 else:
-                    results.update(_gammas(results, clean[label]))
+                    results.update(gamma_results(results, clean[label]))
                 out += [((label, s.name, severity, k), v[0], v[1]) for k, v in results.items()]
     return sorted(out)
 

@@ -79,10 +79,10 @@ def test_changed_ids_file_and_version_stop_the_resume(tmp_path, monkeypatch):
         sb.evaluate(spec, store=db)
     ids.write_text("img000\nimg001\nimg002\n")  # back to the original content: the run resumes
     sb.evaluate(spec, store=db)
-    from shiftbench.engine import provenance
+    from shiftbench.engine import identity
 
-    real = provenance.package_version
-    monkeypatch.setattr(provenance, "package_version", lambda name: "99.0" if name == "shiftbench" else real(name))
+    real = identity.package_version
+    monkeypatch.setattr(identity, "package_version", lambda name: "99.0" if name == "shiftbench" else real(name))
     with pytest.raises(StoreError, match=r"shiftbench version changed \(.* → 99\.0\)"):
         sb.evaluate(spec, store=db)
 

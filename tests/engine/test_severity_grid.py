@@ -16,7 +16,7 @@ from shiftbench.cli import main
 from shiftbench.engine.generate import parse_severities
 from shiftbench.errors import SpecError
 from shiftbench.results.artifacts import gradcam_key, thumb_condition, thumb_key
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 from shiftbench.sample import load_image
 from shiftbench.spec import load_spec
 
@@ -214,11 +214,11 @@ def test_store_round_trip_of_2_5(tmp_path):
     db = tmp_path / "r.db"
     with Store(db) as store:
         run = store.start_run({"dataset": "d"}, seed=0)
-        half = store.condition(run, ConditionKey("m", "d", "gaussian_noise", {}, 2.5))
-        three = store.condition(run, ConditionKey("m", "d", "gaussian_noise", {}, 3.0))  # whole: the int 3
-        assert store.condition(run, ConditionKey("m", "d", "gaussian_noise", {}, 2.5)) == half  # found, not truncated
-        assert store.condition(run, ConditionKey("m", "d", "gaussian_noise", {}, np.int64(3))) == three
-        assert half != three and half != store.condition(run, ConditionKey("m", "d", "gaussian_noise", {}, 2))
+        half = store.condition(run, Condition("m", "d", "gaussian_noise", {}, 2.5))
+        three = store.condition(run, Condition("m", "d", "gaussian_noise", {}, 3.0))  # whole: the int 3
+        assert store.condition(run, Condition("m", "d", "gaussian_noise", {}, 2.5)) == half  # found, not truncated
+        assert store.condition(run, Condition("m", "d", "gaussian_noise", {}, np.int64(3))) == three
+        assert half != three and half != store.condition(run, Condition("m", "d", "gaussian_noise", {}, 2))
         store.finish_condition(half, {"top1": (0.25, 4)})
         store.finish_condition(three, {"top1": (0.5, 4)})
         rows = {r["severity"]: r for r in store.rows(run)}

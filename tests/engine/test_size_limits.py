@@ -161,7 +161,7 @@ def test_shift_and_retrieval_sizes_work_or_are_one_line(size):
         event("shift refused")
     else:
         event("shift accepted")
-        assert 16 <= shift.size <= MAX_SHORTER and shift.size % 8 == 0
+        assert 16 <= shift.sampler.size <= MAX_SHORTER and shift.sampler.size % 8 == 0
     from shiftbench.models.retrieval import _encoders
 
     if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_SHORTER:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shiftbench.engine.retrieval import retrieve
+from shiftbench.tasks.retrieval import retrieve
 from shiftbench.errors import ShiftbenchError
 from shiftbench.metrics.retrieval import (Recall, RecallSubset, RankStats, gamma, rank_summary, recall_at_k,
                                           target_ranks)

@@ -30,7 +30,7 @@ from shiftbench.report import build_report
 from shiftbench.report import export as ex
 from shiftbench.report.blocks import blocks_to_markdown, markdown_plain, markdown_text
 from shiftbench.report.leaderboard import leaderboard, write_leaderboard
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 IDS = [f"s{i}" for i in range(8)]
 RIGHT = (np.arange(8) < 5).astype(np.float64)
@@ -68,11 +68,11 @@ def write_run(db: Path, model: str = "m", run_id: str | None = None, dataset: st
                               run_id=run_id, identity=identity)
         for label in models:
             for shift, severity in conditions:
-                cid = store.condition(run, ConditionKey(label, dataset, shift, {}, severity))
+                cid = store.condition(run, Condition(label, dataset, shift, {}, severity))
                 store.finish_condition(cid, {metric: (value, len(IDS), {"higher_is_better": True, "metric": metric})},
                                        samples={metric: ("mean", IDS, values)} if samples else None)
             for k in range(pending):
-                store.condition(run, ConditionKey(label, dataset, "fog", {}, k + 1))
+                store.condition(run, Condition(label, dataset, "fog", {}, k + 1))
         if finish:
             store.finish_run(run)
     return run
@@ -428,7 +428,7 @@ def test_why_a_run_has_no_per_sample_values_is_said_truly(tmp_path):
     mixed = tmp_path / "mixed.db"
     with Store(mixed) as store:
         run = store.start_run({"dataset": "objects", "models": ["m"]}, seed=0, identity=identity)
-        cid = store.condition(run, ConditionKey("m", "objects", "clean", {}, 0))
+        cid = store.condition(run, Condition("m", "objects", "clean", {}, 0))
         store.finish_condition(cid, {"top1": (0.625, 8), "box_ap": (0.5, 8)}, samples={"top1": ("mean", IDS, RIGHT)})
         store.finish_run(run)
     notes = ex.export_store(mixed, tmp_path / "c", "results").notes

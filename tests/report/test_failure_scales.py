@@ -17,7 +17,7 @@ from shiftbench.cli import main
 from shiftbench.report import export as ex
 from shiftbench.report import run_headline
 from shiftbench.report.failure import breaks_at, failure_blocks, failure_entries, severity_scale
-from shiftbench.results.store import Store
+from shiftbench.results.records import Samples, load
 
 N = 10  # images per condition
 LEVELS = [0, 0.5, 1, 2, 2.5, 3, 4, 5, 6, 7, 7.5, 8, 9, 10]
@@ -27,8 +27,8 @@ LEVEL_PARAMS = {"scale": "level"}
 def _sample(shift, severity, hits, params=None, model="m"):
     values = np.zeros(N)
     values[:hits] = 1
-    return {"model": model, "dataset": "d", "shift": shift, "params": params or {}, "severity": severity,
-            "metric": "top1", "kind": "mean", "ids": [f"i{k}" for k in range(N)], "values": values}
+    return Samples(model, "d", shift, params or {}, severity, metric="top1", kind="mean",
+                   ids=[f"i{k}" for k in range(N)], values=values)
 
 
 @st.composite
@@ -128,13 +128,12 @@ def test_evaluate_store_report_and_export_keep_level_zero_and_the_scale(tmp_path
     assert "gaussian_noise" in severity_part and "sparkles" not in severity_part
     assert "sparkles" in level_part and "gaussian_noise" not in level_part
     assert f"| 0: {100 * level0:.1f}, 5: " in level_part  # the measured level 0, where clean used to be
-    with Store(db, create=False) as store:
-        run = store.runs()[-1]["run_id"]
-        entries = failure_entries(store.samples(run), "top1")
+    loaded, = load(db, None, ("samples",))
+    run, entries = loaded.run_id, failure_entries(loaded.samples, "top1")
     assert breaks_at(entries, "efficientnet_lite0")["entry"]["shift"] == "gaussian_noise"
     head = run_headline(db, run)
-    col = [c["head"] for c in head["columns"]].index("breaks at")
-    assert head["rows"][0]["cells"][col]["text"].endswith("(gaussian_noise)")  # never a level read as a severity
+    col = [c.head for c in head.columns].index("breaks at")
+    assert head.rows[0].cells[col].text.endswith("(gaussian_noise)")  # never a level read as a severity
     assert main(["export", "--store", str(db), "--format", "results", "--out", str(tmp_path / "export")]) == 0
     doc = json.loads((tmp_path / "export" / f"{run}.json").read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator(ex.schema("results")).validate(doc)

@@ -13,7 +13,7 @@ from shiftbench.cli import main
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.leaderboard import MD_MARK, leaderboard, to_html, to_markdown, write_leaderboard
 from shiftbench.report.stats import Uncertainty
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 EVIL = "<script>window.pwned=1</script>"
 SPEC = ("dataset: objects\nmodels: {models}\nmetrics: [top1]\nlimit: 4\nseed: 0\n"
@@ -106,9 +106,11 @@ def _right(k: int) -> np.ndarray:
     return (np.arange(len(IDS)) < k).astype(np.float64)
 
 
-def _store(path: Path, name: str, models: dict[str, tuple[str, dict[str, int]]]) -> Path:
+def _store(path: Path, name: str, models: dict[str, tuple[str, dict[str, int]]],
+           clean_values: dict[str, float] | None = None) -> Path:
     """A store with one finished run: per model (label) its weights digest and how many of the 40 samples it gets
-    right on clean and under the corruptions (``{"clean": 36, "corrupted": 10}``)."""
+    right on clean and under the corruptions (``{"clean": 36, "corrupted": 10}``); ``clean_values``: a model's
+    stored clean value, when not the mean of those samples."""
     spec = {"name": name, "dataset": "synthetic", "models": [{"name": m, "params": {}} for m in models],
             "metrics": ["top1"], "seed": 0,
             "shifts": [{"name": "clean", "params": {}, "severities": [0]},
@@ -122,8 +124,9 @@ def _store(path: Path, name: str, models: dict[str, tuple[str, dict[str, int]]])
         for label, (_, right) in models.items():
             for shift, severity in CONDITIONS:
                 values = _right(right["clean" if shift == "clean" else "corrupted"])
-                cid = store.condition(run, ConditionKey(label, "synthetic", shift, {}, severity))
-                store.finish_condition(cid, {"top1": (float(values.mean()), len(IDS))},
+                cid = store.condition(run, Condition(label, "synthetic", shift, {}, severity))
+                value = (clean_values or {}).get(label) if shift == "clean" else None
+                store.finish_condition(cid, {"top1": (float(values.mean()) if value is None else value, len(IDS))},
                                        samples={"top1": ("mean", IDS, values)})
         store.finish_run(run)
     return path
@@ -181,6 +184,34 @@ def test_same_name_other_weights_is_two_rows_ranked_with_ties_within_noise(chose
     assert texts[0] == "never" and texts[-1] != "never"
     with pytest.raises(ShiftbenchError, match="--by 'mixed_same' is no column"):
         leaderboard(chosen, by="mixed_same")
+
+
+def test_ranked_on_the_numbers_not_their_rounded_text(tmp_path):
+    """Issue 37: two models both shown as 50.0 on clean rank by their numbers (before, by their rounded text:
+    equal, then by name); the cells still show 50.0, the page sorts them by the 50.0 it shows, and the paired
+    test (the same right/wrong values) still marks the second within noise of the first."""
+    store = _store(tmp_path / "close.db", "close", {"m_a": ("a" * 64, {"clean": 20, "corrupted": 10}),
+                                                  "m_b": ("b" * 64, {"clean": 20, "corrupted": 10})},
+                   clean_values={"m_a": 0.50001, "m_b": 0.50004})
+    rows = leaderboard([str(store)])["tables"][0]["rows"]
+    assert [r["model"] for r in rows] == ["m_b", "m_a"]
+    assert [(r["cells"][4]["text"], r["cells"][4]["sort"]) for r in rows] == [("50.0", "50.0")] * 2
+    assert rows[1]["tie"] and "exact McNemar" in rows[1]["tie"]
+
+
+def test_bg_gap_ties_on_the_intervals_numbers():
+    """Two BG-Gap intervals that touch only once rounded for display are not within noise; overlapping ones are."""
+    from dataclasses import replace
+
+    from shiftbench.report.headline import GapCell
+    from shiftbench.report.leaderboard import _tie
+
+    above = GapCell(0.03, 0.0203, 0.04, 8, percent=True, same=0.5, rand=0.47)
+    below = GapCell(0.01, 0.0, 0.0197, 8, percent=True, same=0.5, rand=0.49)
+    assert (above.ci, below.ci) == ("[+2.0, +4.0]", "[+0.0, +2.0]")  # the text touches, the numbers do not
+    assert _tie(None, "bg-gap", None, 0, {"cells": [above]}, {"cells": [below]}) is None
+    tie = _tie(None, "bg-gap", None, 0, {"cells": [above]}, {"cells": [replace(below, high=0.0203)]})
+    assert tie == "within noise of the row above: the 95% CIs of their BG-Gaps overlap ([+2.0, +4.0] and [+0.0, +2.0])"
 
 
 # -- escaping and the page in a browser ----------------------------------------------------------------------
@@ -267,7 +298,7 @@ def test_an_unfinished_run_is_left_out_with_a_line(chosen, tmp_path):
     with Store(tmp_path / "killed.db") as store:
         run = store.start_run({"name": "killed", "dataset": "synthetic"}, seed=0)  # never finished
         for shift, severity in CONDITIONS:  # killed after its first condition
-            cid = store.condition(run, ConditionKey("alpha", "synthetic", shift, {}, severity))
+            cid = store.condition(run, Condition("alpha", "synthetic", shift, {}, severity))
             if shift == "clean":
                 store.finish_condition(cid, {"top1": (0.5, len(IDS))}, samples={"top1": ("mean", IDS, _right(20))})
     board = leaderboard([*chosen, str(tmp_path / "killed.db")])

@@ -268,7 +268,7 @@ def test_report_of_a_run_with_quality_reads_the_store_only(tmp_path, monkeypatch
 def test_paper_row_equals_the_constants_and_our_rows_stay():
     from shiftbench.report import pascal_ea as pe
     from shiftbench.report.blocks import strings_of
-    from shiftbench.report.build import markdown_blocks
+    from markdown_parse import markdown_blocks
 
     rows = _rows()
     for value in ("violet", "wood", "dotted", "snowy"):  # one attribute of every family, model a only

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from shiftbench.report.export import robustbench_files
 from shiftbench.report.headline import headline
 from shiftbench.report.tables import build_tables
+from shiftbench.results.records import Row, Run
 
 # AlexNet's top-1 errors on ImageNet-C, mean over severities 1-5 (hendrycks/robustness, ImageNet-C/test.py)
 ALEXNET = {"gaussian_noise": 0.886428, "shot_noise": 0.894468, "impulse_noise": 0.922640, "defocus_blur": 0.819880,
@@ -26,12 +27,10 @@ ALEXNET_CLEAN = 0.435
 
 
 def _rows(clean: float, grid: np.ndarray, model: str = "m") -> list[dict]:
-    rows = [{"model": model, "dataset": "d", "shift": "clean", "params": {}, "severity": 0, "metric": "top1",
-             "value": clean, "n": 1000, "extra": {}}]
+    rows = [Row(model, "d", "clean", {}, 0, metric="top1", value=clean, n=1000, extra={})]
     for i, corruption in enumerate(ALEXNET):
         for s in range(1, 6):
-            rows.append({"model": model, "dataset": "d", "shift": corruption, "params": {}, "severity": s,
-                         "metric": "top1", "value": float(grid[i, s - 1]), "n": 1000, "extra": {}})
+            rows.append(Row(model, "d", corruption, {}, s, metric="top1", value=float(grid[i, s - 1]), n=1000, extra={}))
     return rows
 
 
@@ -47,12 +46,12 @@ def test_mce_relative_mce_and_corruptions_acc_follow_the_published_formulas(clea
     ce = [errors[i].sum() / (5 * ALEXNET[c]) for i, c in enumerate(ALEXNET)]
     rel = [(errors[i].sum() - 5 * (1 - clean)) / (5 * ALEXNET[c] - 5 * ALEXNET_CLEAN) for i, c in enumerate(ALEXNET)]
     head = headline(rows, build_tables(rows, ["top1"]), ["top1"])
-    heads = [c["head"] for c in head["columns"]]
-    cells = head["rows"][0]["cells"]
-    assert cells[heads.index("mCE")]["text"] == f"{100 * np.mean(ce):.1f}"
-    assert cells[heads.index("rel. mCE")]["text"] == f"{100 * np.mean(rel):.1f}"
+    heads = [c.head for c in head.columns]
+    cells = head.rows[0].cells
+    assert cells[heads.index("mCE")].text == f"{100 * np.mean(ce):.1f}"
+    assert cells[heads.index("rel. mCE")].text == f"{100 * np.mean(rel):.1f}"
 
-    files, notes = robustbench_files({"run_id": "r", "spec": {}}, rows)
+    files, notes, _ = robustbench_files(Run("r", {}, {}, 0, 0.0, None, "done", rows=rows))
     info = json.loads(files["model_info/d/corruptions/m.json"])
     assert info["corruptions_acc"] == f"{100 * grid.mean():.2f}" and info["clean_acc"] == f"{100 * clean:.2f}"
     assert not notes

@@ -152,7 +152,7 @@ def test_several_runs_in_one_report(tmp_path):
 
 
 def test_markdown_blocks_are_data_not_markup():
-    from shiftbench.report.build import markdown_blocks
+    from markdown_parse import markdown_blocks
 
     blocks = markdown_blocks("## Title <b>\n\nsome <i>text</i>\n\n| a | b \\| c |\n|---|---|\n| <x> | 1 |\n")
     assert blocks[0] == {"kind": "heading", "text": "Title <b>"}
@@ -262,49 +262,47 @@ def test_headline_numbers_are_the_rows(demo_like):
     """Reference: the headline's numbers recomputed by hand from the stored rows."""
     from shiftbench.report.headline import headline
     from shiftbench.report.tables import build_tables
-    from shiftbench.results.store import Store
+    from shiftbench.results.records import load
 
-    with Store(demo_like["store"], create=False) as db:
-        rows = db.rows(demo_like["runs"][0])
-        cir = db.rows(demo_like["runs"][1])
-    h = headline(rows, build_tables([r for r in rows if "[" not in r["metric"]], ["top1", "ece"]), ["top1", "ece"])
-    assert h["metric"] == "top1"
-    heads = [(c["group"], c["head"]) for c in h["columns"]]
+    rows, cir = (run.rows for run in load(demo_like["store"], demo_like["runs"][:2]))
+    h = headline(rows, build_tables([r for r in rows if "[" not in r.metric], ["top1", "ece"]), ["top1", "ece"])
+    assert h.metric == "top1"
+    heads = [(c.group, c.head) for c in h.columns]
     # 2 of the 15 corruptions at 2 of the 5 severities: their mean, no mCE (the note says why); the colour
     # background is a synthetic background, not a natural one
     assert heads == [("clean", "top1 (%)"), ("corruptions", "mean of 2 corruptions"),
                      ("synthetic backgrounds", "color"), ("controls", "object_only"), ("controls", "background_only")]
-    assert [g for g, _ in h["groups"]] == ["clean", "corruptions", "synthetic backgrounds", "controls"]
-    assert "this run has 2 of 15 at severities 2, 4, so the headline shows their mean" in h["note"]
-    top1 = {(r["model"], r["shift"], r["severity"]): r["value"] for r in rows if r["metric"] == "top1"}
-    for line in h["rows"]:
-        m = line["model"]
+    assert [g for g, _ in h.groups] == ["clean", "corruptions", "synthetic backgrounds", "controls"]
+    assert "this run has 2 of 15 at severities 2, 4, so the headline shows their mean" in h.note
+    top1 = {(r.model, r.shift, r.severity): r.value for r in rows if r.metric == "top1"}
+    for line in h.rows:
+        m = line.model
         clean = top1[(m, "clean", 0)]
         corr = [top1[(m, s, v)] for s in ("gaussian_noise", "fog") for v in (2, 4)]
         mean = sum(corr) / 4
-        assert line["n"] == 12
-        assert line["cells"][0]["text"] == f"{100 * clean:.1f}"
-        assert line["cells"][1]["text"] == f"{100 * mean:.1f} ({100 * (mean - clean):+.1f})"
+        assert line.n == 12
+        assert line.cells[0].text == f"{100 * clean:.1f}"
+        assert line.cells[1].text == f"{100 * mean:.1f} ({100 * (mean - clean):+.1f})"
         colour = top1[(m, "background_color", 5)]
-        assert line["cells"][2]["text"] == f"{100 * colour:.1f} ({100 * (colour - clean):+.1f})"
+        assert line.cells[2].text == f"{100 * colour:.1f} ({100 * (colour - clean):+.1f})"
         only = top1[(m, "background_only", 5)] if (m, "background_only", 5) in top1 else \
             next(v for k, v in top1.items() if k[:2] == (m, "background_only"))
-        assert line["cells"][4]["text"].startswith(f"{100 * only:.1f} (")  # the control alone, never averaged
-        assert all("n = 12" in c["title"] for c in line["cells"])
+        assert line.cells[4].text.startswith(f"{100 * only:.1f} (")  # the control alone, never averaged
+        assert all("n = 12" in c.title for c in line.cells)
     # retrieval: clean R@10 and the mean gamma@10 over the image / the text shifts
-    hc = headline(cir, build_tables([r for r in cir if "[" not in r["metric"] and not r["metric"].startswith("gamma@")]),
+    hc = headline(cir, build_tables([r for r in cir if "[" not in r.metric and not r.metric.startswith("gamma@")]),
                   ["recall", "recall_subset", "rank"])
-    assert hc["metric"] == "R@10"
-    assert [c["head"] for c in hc["columns"]] == ["R@10 (%)", "mean of 1 corruption", "mean of 1 text shift",
+    assert hc.metric == "R@10"
+    assert [c.head for c in hc.columns] == ["R@10 (%)", "mean of 1 corruption", "mean of 1 text shift",
                                                   "γ@10 image shifts, severity 5", "γ@10 text shifts, severity 3"]
-    gamma = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "gamma@10"}
-    r10 = {(r["model"], r["shift"]): r["value"] for r in cir if r["metric"] == "R@10"}
-    for line in hc["rows"]:
-        m = line["model"]
+    gamma = {(r.model, r.shift): r.value for r in cir if r.metric == "gamma@10"}
+    r10 = {(r.model, r.shift): r.value for r in cir if r.metric == "R@10"}
+    for line in hc.rows:
+        m = line.model
         change = r10[(m, "text_swap")] - r10[(m, "clean")]
-        assert line["cells"][2]["text"] == f"{100 * r10[(m, 'text_swap')]:.1f} ({100 * change:+.1f})"
-        assert line["cells"][3]["text"] == f"{gamma[(m, 'gaussian_noise')]:.3f}"
-        assert line["cells"][4]["text"] == f"{gamma[(m, 'text_swap')]:.3f}"
+        assert line.cells[2].text == f"{100 * r10[(m, 'text_swap')]:.1f} ({100 * change:+.1f})"
+        assert line.cells[3].text == f"{gamma[(m, 'gaussian_noise')]:.3f}"
+        assert line.cells[4].text == f"{gamma[(m, 'text_swap')]:.3f}"
 
 
 def test_metric_order_grids_and_figures_follow_the_tables(demo_like):
@@ -371,7 +369,7 @@ class _FakeUncertainty:
                 cell.delta_low, cell.delta_high = -0.1, 0.1
 
     def aggregate(self, model, metric, conditions, against_clean=True):
-        _FakeUncertainty.calls.append((model, metric, tuple(c[0] for c in conditions)))
+        _FakeUncertainty.calls.append((model, metric, tuple(c.shift for c in conditions)))
         return {"value": 0.25, "low": 0.2, "high": 0.3, "n": 7, "delta": -0.01, "delta_low": -0.05,
                 "delta_high": 0.03, "p_value": 0.6, "noise": True}
 
@@ -384,7 +382,8 @@ def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_pat
             "shifts": ["clean", {"name": "_test_noise", "severities": [2, 4]}], "metrics": ["top1"], "batch_size": 10}
     sb.evaluate(spec, store=tmp_path / "r.db")
     monkeypatch.setattr(build_mod, "Uncertainty", _FakeUncertainty)
-    monkeypatch.setattr(Store, "samples", lambda self, run_id: [{"metric": "top1"}], raising=False)
+    monkeypatch.setattr(Store, "samples", lambda self, run_id: [{"model": "m", "dataset": "d", "shift": "clean", "params": {},
+                                                                 "severity": 0, "metric": "top1"}], raising=False)
     html = build_report(tmp_path / "r.db", tmp_path / "out").read_text()
     # headline: the aggregate's value, CI line and noise mark; the call resamples the shift's two severities
     assert "25.0 (-1.0) ≈<small>[20.0, 30.0]</small>" in html
@@ -401,26 +400,25 @@ def test_models_compared_pairwise_on_the_same_samples(demo_like):
     from shiftbench.report.headline import headline
     from shiftbench.report.stats import Uncertainty
     from shiftbench.report.tables import build_tables
-    from shiftbench.results.store import Store
+    from shiftbench.results.records import load
 
-    with Store(demo_like["store"], create=False) as db:
-        rows = db.rows(demo_like["runs"][0])
-        samples = db.samples(demo_like["runs"][0])
-    tables = build_tables([r for r in rows if "[" not in r["metric"]], ["top1", "ece"])
+    run, = load(demo_like["store"], demo_like["runs"][0], ("results", "samples"))
+    rows, samples = run.rows, run.samples
+    tables = build_tables([r for r in rows if "[" not in r.metric], ["top1", "ece"])
     h = headline(rows, tables, ["top1", "ece"], Uncertainty(samples, seed=0))
-    pairs = h["pairs"]
+    pairs = h.pairs
     models = tables[0].models
-    assert pairs["base"] == models[0] and [r["label"] for r in pairs["rows"]] == [f"{m} − {models[0]}" for m in models[1:]]
-    assert pairs["heads"][0] == "clean"
-    clean = {r["model"]: r["value"] for r in rows if r["metric"] == "top1" and r["shift"] == "clean"}
-    for model, line in zip(models[1:], pairs["rows"]):
+    assert pairs.base == models[0] and [r.label for r in pairs.rows] == [f"{m} − {models[0]}" for m in models[1:]]
+    assert pairs.heads[0] == "clean"
+    clean = {r.model: r.value for r in rows if r.metric == "top1" and r.shift == "clean"}
+    for model, line in zip(models[1:], pairs.rows):
         diff = 100 * (clean[model] - clean[models[0]])
-        assert line["cells"][0]["text"].split()[0] == f"{diff:+.1f}"
-        low, high = (float(x) for x in line["cells"][0]["ci"].strip("[]").split(","))
+        assert line.cells[0].text.split()[0] == f"{diff:+.1f}"
+        low, high = (float(x) for x in line.cells[0].ci.strip("[]").split(","))
         assert low <= round(diff, 1) <= high
-        assert ("≈" in line["cells"][0]["text"]) == (low <= 0 <= high)
+        assert ("≈" in line.cells[0].text) == (low <= 0 <= high)
     # without per-sample values there is no comparison (and no made-up interval)
-    assert headline(rows, tables, ["top1", "ece"], None)["pairs"] is None
+    assert headline(rows, tables, ["top1", "ece"], None).pairs is None
 
 
 def test_report_bytes_are_reproducible(demo_like, tmp_path):

@@ -1,5 +1,5 @@
 """report/blocks.py: the Markdown export of summary blocks (bold and escaping added there, never stored) and
-its round trip through build.markdown_blocks."""
+its round trip through markdown_parse.markdown_blocks (tests/markdown_parse.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import doctest
 
 import pytest
 
+from markdown_parse import markdown_blocks
 from shiftbench.report import blocks as B
-from shiftbench.report.build import markdown_blocks
 
 
 def test_export_of_each_kind_and_the_round_trip():

@@ -8,13 +8,13 @@ import numpy as np
 from shiftbench.cli import main
 from shiftbench.metrics.failure import failure_point
 from shiftbench.report.failure import failure_blocks, failure_entries
-from shiftbench.results.store import Store
+from shiftbench.results.records import Samples, load
 
 
 def _sample(model, shift, severity, values, ids=None, params=None):
     values = np.asarray(values, dtype=float)
-    return {"model": model, "dataset": "d", "shift": shift, "params": params or {}, "severity": severity,
-            "metric": "top1", "kind": "mean", "ids": ids or [f"i{k}" for k in range(len(values))], "values": values}
+    return Samples(model, "d", shift, params or {}, severity, metric="top1", kind="mean",
+                   ids=ids or [f"i{k}" for k in range(len(values))], values=values)
 
 
 def _exact(n: int, share: float, rng: np.random.Generator) -> np.ndarray:
@@ -66,8 +66,7 @@ def test_a_real_runs_report_ranks_where_the_model_breaks(tmp_path, capsys):
     html = (tmp_path / "report" / "report.html").read_text()
     md = (tmp_path / "report" / "failure_points.md").read_text()
     assert "Failure points" in html and "breaks at" in md
-    with Store(db, create=False) as store:
-        samples = store.samples(store.runs()[-1]["run_id"])
+    samples = load(db, None, ("samples",))[0].samples
     entries = failure_entries(samples, "top1")
     assert sorted(e["shift"] for e in entries) == ["fog", "gaussian_noise"]
     for e in entries:  # the report's line is the metric on the store's own per-sample values

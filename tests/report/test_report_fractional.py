@@ -6,6 +6,7 @@ report is written from them, so nothing here runs a model."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from shiftbench.report.failure import breaks_at, failure_entries
 from shiftbench.report.headline import headline, imagenet_c_coverage
 from shiftbench.report.stats import Uncertainty, row_conditions
 from shiftbench.report.tables import build_tables, to_markdown
+from shiftbench.results.records import Row, Run, Samples
 
 N = 40  # images; every accuracy below is a whole number of them
 GRID = [1 + 0.5 * k for k in range(9)]  # 1, 1.5, 2, ..., 5 as a store returns them (whole ones as ints)
@@ -51,13 +53,12 @@ def _values(acc: float) -> np.ndarray:
 
 
 def _row(model, shift, severity, value, metric="top1", params=None):
-    return {"run_id": "r", "model": model, "dataset": "d", "shift": shift, "params": params or {},
-            "severity": severity, "metric": metric, "value": value, "n": N, "extra": {}}
+    return Row(model, "d", shift, params or {}, severity, run_id="r", metric=metric, value=value, n=N, extra={})
 
 
 def _sample(model, shift, severity, values):
-    return {"model": model, "dataset": "d", "shift": shift, "params": {}, "severity": severity, "metric": "top1",
-            "kind": "mean", "ids": [f"i{k}" for k in range(N)], "values": np.asarray(values, dtype=float)}
+    return Samples(model, "d", shift, {}, severity, metric="top1", kind="mean", ids=[f"i{k}" for k in range(N)],
+                   values=np.asarray(values, dtype=float))
 
 
 def fabricated(grid=GRID):
@@ -75,17 +76,16 @@ def fabricated(grid=GRID):
     return rows, samples
 
 
-def _run():
-    return {"run_id": "r", "name": "fractional", "spec": {"metrics": ["top1"]}, "seed": 0, "started": 0.0,
-            "finished": 1.0, "identity": {}, "skipped": [], "curation": None, "analysis": None,
-            "versions": {"shiftbench": "test"}, "git_hash": None, "host": "test"}
+def _run(rows, samples):
+    return Run("r", {"metrics": ["top1"]}, {"shiftbench": "test"}, 0, 0.0, 1.0, "done", identity={}, name="fractional",
+               host="test", rows=rows, samples=samples)
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fractional")
     rows, samples = fabricated()
-    _write_report(out, [(_run(), rows, [], [], [], samples)])
+    _write_report(out, [_run(rows, samples)])
     return out
 
 
@@ -96,7 +96,7 @@ def test_per_severity_rows_keep_each_fractional_severity_apart_and_in_order():
     assert blur == [f"zoom_blur s{s}" for s in ("1", "1.5", "2", "2.5", "3", "3.5", "4", "4.5", "5")]
     for s in GRID:  # nothing merged: each row is the value at its own severity
         assert detail.cells[(f"zoom_blur s{s}", "steep")].value == pytest.approx(steep(s))
-        assert row_conditions(detail, f"zoom_blur s{s}") == [("zoom_blur", {}, s)]
+        assert [(c.shift, c.params, c.severity) for c in row_conditions(detail, f"zoom_blur s{s}")] == [("zoom_blur", {}, s)]
     main = build_tables(rows, ["top1"])[0]  # the mean over all nine measured severities
     assert main.cells[("zoom_blur", "steep")].value == pytest.approx(np.mean([steep(s) for s in GRID]))
     assert main.row_meta["zoom_blur"]["severities"] == GRID
@@ -104,7 +104,7 @@ def test_per_severity_rows_keep_each_fractional_severity_apart_and_in_order():
 
 def test_a_severity_given_as_a_float_is_the_same_condition_as_the_int():
     rows, _ = fabricated()
-    as_floats = [dict(r, severity=float(r["severity"])) for r in rows]
+    as_floats = [dataclasses.replace(r, severity=float(r.severity)) for r in rows]
     a = to_markdown(build_tables(rows, ["top1"], per_severity=True)[0])
     b = to_markdown(build_tables(as_floats, ["top1"], per_severity=True)[0])
     assert a == b and "s3.0" not in a and "| zoom_blur s2.5 |" in a
@@ -145,25 +145,25 @@ def _head(rows):
 
 def test_mce_reads_only_the_whole_severities_of_a_finer_grid():
     fine, whole = protocol_rows(GRID), protocol_rows([1, 2, 3, 4, 5])
-    assert imagenet_c_coverage(fine)["full"]
+    assert imagenet_c_coverage(fine).full
     head, base = _head(fine), _head(whole)
-    heads = [c["head"] for c in head["columns"]]
-    assert heads == [c["head"] for c in base["columns"]] == ["top1 (%)", "mean of 15 corruptions", "mCE", "rel. mCE"]
-    for row, want in zip(head["rows"], base["rows"]):  # the protocol's numbers: identical to the whole-only run
-        assert [c["text"] for c in row["cells"]] == [c["text"] for c in want["cells"]]
+    heads = [c.head for c in head.columns]
+    assert heads == [c.head for c in base.columns] == ["top1 (%)", "mean of 15 corruptions", "mCE", "rel. mCE"]
+    for row, want in zip(head.rows, base.rows):  # the protocol's numbers: identical to the whole-only run
+        assert [c.text for c in row.cells] == [c.text for c in want.cells]
     errors = {c: [1 - (0.75 - 0.1 * s) for s in range(1, 6)] for c in IMAGENET_C_CORRUPTIONS}
-    assert head["rows"][0]["cells"][2]["text"] == f"{100 * mean_corruption_error(errors):.1f}"
-    assert head["rows"][0]["cells"][3]["text"] == f"{100 * relative_mean_corruption_error(errors, 0.2):.1f}"
-    assert "75 corruption-severity pairs" in head["rows"][0]["cells"][2]["title"]
+    assert head.rows[0].cells[2].text == f"{100 * mean_corruption_error(errors):.1f}"
+    assert head.rows[0].cells[3].text == f"{100 * relative_mean_corruption_error(errors, 0.2):.1f}"
+    assert "75 corruption-severity pairs" in head.rows[0].cells[2].title
 
 
 def test_a_grid_without_the_whole_severities_is_not_the_protocol():
     rows = protocol_rows([1.25, 2.25, 3.25, 4.25])  # int() would have made them 1..4
     cov = imagenet_c_coverage(rows)
-    assert not cov["full"] and cov["severities"] == [1.25, 2.25, 3.25, 4.25]
+    assert not cov.full and cov.severities == [1.25, 2.25, 3.25, 4.25]
     head = _head(rows)
-    assert "mCE" not in [c["head"] for c in head["columns"]]
-    assert "at severities 1.25, 2.25, 3.25, 4.25" in head["note"]
+    assert "mCE" not in [c.head for c in head.columns]
+    assert "at severities 1.25, 2.25, 3.25, 4.25" in head.note
 
 
 def test_failure_points_use_every_measured_severity():
@@ -186,14 +186,14 @@ def test_headline_breaks_at_gives_the_known_point_and_never(report):
     rows, samples = fabricated()
     entries = failure_entries(samples, "top1")
     head = headline(rows, build_tables(rows, ["top1"]), ["top1"], failures=entries)
-    assert head["columns"][-1]["head"] == "breaks at" and head["groups"][-1] == ("failure point", 1)
-    cells = {r["model"]: r["cells"][-1] for r in head["rows"]}
-    m = re.fullmatch(r"(\d+\.\d) \(zoom_blur\)", cells["steep"]["text"])
+    assert head.columns[-1].head == "breaks at" and head.groups[-1] == ("failure point", 1)
+    cells = {r.model: r.cells[-1] for r in head.rows}
+    m = re.fullmatch(r"(\d+\.\d) \(zoom_blur\)", cells["steep"].text)
     assert m and abs(float(m.group(1)) - 2.5) <= 0.05, cells["steep"]
-    assert cells["flat"]["text"] == "never"
-    assert "Breaks at" in head["note"]
+    assert cells["flat"].text == "never"
+    assert "Breaks at" in head.note
     # no failure points given (or none of a corruption): no column
-    assert "breaks at" not in [c["head"] for c in _head(rows)["columns"]]
+    assert "breaks at" not in [c.head for c in _head(rows).columns]
     html = (report / "report.html").read_text()
     assert "breaks at" in html and "2.5 (zoom_blur)" in html and ">never<" in html
 
@@ -216,12 +216,12 @@ def test_whole_severities_keep_their_labels(tmp_path):
     """A store with whole severities only reads as before: rows 's1'..'s5' (never 's1.0'), the failure table's
     curve as bare values, the coverage's severities ints."""
     rows, samples = fabricated([1, 2, 3, 4, 5])
-    _write_report(tmp_path, [(_run(), rows, [], [], [], samples)])
+    _write_report(tmp_path, [_run(rows, samples)])
     md = (tmp_path / "tables.md").read_text()
     labels = re.findall(r"\| zoom_blur (s[^ |]+) \|", md)
     assert labels == ["s1", "s2", "s3", "s4", "s5"]
     fp = (tmp_path / "failure_points.md").read_text()
     assert "| 80.0 60.0 40.0 20.0 0.0 |" in fp and "not within 1-5" in fp
-    floats = [dict(r, severity=float(r["severity"])) for r in protocol_rows([1, 2, 3, 4, 5])]
-    assert imagenet_c_coverage(floats)["severities"] == [1, 2, 3, 4, 5]
-    assert all(isinstance(s, int) for s in imagenet_c_coverage(floats)["severities"])
+    floats = [dataclasses.replace(r, severity=float(r.severity)) for r in protocol_rows([1, 2, 3, 4, 5])]
+    assert imagenet_c_coverage(floats).severities == [1, 2, 3, 4, 5]
+    assert all(isinstance(s, int) for s in imagenet_c_coverage(floats).severities)

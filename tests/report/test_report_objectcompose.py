@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from markdown_parse import markdown_blocks
 import shiftbench as sb
 from shiftbench.report.blocks import blocks_to_markdown, cell_text, strings_of
-from shiftbench.report.build import markdown_blocks
 from shiftbench.report.objectcompose import family_of, summarise, summary_blocks, to_markdown
+from shiftbench.results.records import Row
 from shiftbench.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,7 +133,7 @@ def test_protocol_runs_end_to_end_and_the_report_has_the_summary(tmp_path):
     assert saved["families"]["background_only"]["change"] < 0  # the sign: shifted - clean
 
     (tmp_path / "again").mkdir()
-    summary = next(s for s in _summaries(tmp_path / "again", rows, "", []) if s["title"] == "ObjectCompose summary")
+    summary = next(s for s in _summaries(tmp_path / "again", [Row(**r) for r in rows], "", []) if s["title"] == "ObjectCompose summary")
     assert summary["id"] == "objectcompose" and summary["blocks"] == summary_blocks(rows)
     for s in strings_of(summary["blocks"]):
         assert "**" not in s and "`" not in s, s
@@ -291,16 +292,16 @@ def test_adversarial_split_by_the_attacks_source_model():
 def test_attack_source_defaults_match_the_shifts():
     import inspect
 
-    from shiftbench.report.objectcompose import ATTACK_SOURCE
+    from shiftbench.registry import shift_info
     from shiftbench.shifts.background.adversarial import AdversarialTexture
 
-    key, default = ATTACK_SOURCE["adversarial_texture"]
+    key, default = shift_info("adversarial_texture").source
     assert inspect.signature(AdversarialTexture.__init__).parameters[key].default == default
     pytest.importorskip("diffusers")
-    from shiftbench.shifts.background.diffusion import AdversarialDiffusion
+    from shiftbench.shifts.background.diffusion import AdversarialDiffusion, Attack
 
-    key, default = ATTACK_SOURCE["adversarial_diffusion"]
-    assert inspect.signature(AdversarialDiffusion.__init__).parameters[key].default == default
+    key, default = shift_info("adversarial_diffusion").source
+    assert Attack in AdversarialDiffusion.option_groups and getattr(Attack(), key) == default
 
 
 def test_bg_gap_per_model_with_a_paired_interval():
@@ -376,19 +377,15 @@ def test_mixed_scenes_through_evaluate_store_and_report(tmp_path):
     from shiftbench.report.headline import headline
     from shiftbench.report.stats import Uncertainty
     from shiftbench.report.tables import build_tables
-    from shiftbench.results.store import Store
+    from shiftbench.results.records import load
 
-    db = Store(tmp_path / "bg.db", create=False)
-    try:
-        run = db.run(None)
-        stored, samples = db.rows(run["run_id"]), db.samples(run["run_id"])
-    finally:
-        db.close()
+    run, = load(tmp_path / "bg.db", None, ("results", "samples"))
+    stored, samples = run.rows, run.samples
     head = headline(stored, build_tables(stored, ["top1"]), ["top1"], Uncertainty(samples))
-    heads = [c["head"] for c in head["columns"]]
+    heads = [c.head for c in head.columns]
     assert heads == ["top1 (%)", "mixed_same", "mixed_rand", "BG-Gap"]
-    cellg = head["rows"][0]["cells"][3]
-    assert cellg["text"].split(" ")[0] == f"{100 * g['gap']:+.1f}" and cellg["ci"].startswith("[")
+    cellg = head.rows[0].cells[3]
+    assert cellg.text.split(" ")[0] == f"{100 * g['gap']:+.1f}" and cellg.ci.startswith("[")
 
 
 # ---- a comparison with the paper only under its protocol (issue 27) ----

@@ -10,7 +10,7 @@ import numpy as np
 import shiftbench as sb
 import tiny_registry  # noqa: F401  (registers _test_tiny)
 from e2e import report_tables
-from shiftbench.registry import SHIFTS, Entry
+from shiftbench.registry import SHIFTS, Entry, ShiftInfo
 from shiftbench.results.store import Store
 from shiftbench.shifts.base import ImageShift
 
@@ -41,7 +41,8 @@ def test_report_with_slashes_in_shift_params(tmp_path, monkeypatch):
     # registered for this test only, in a group of its own (other tests count the shifts of theirs)
     SHIFTS.entries()  # load the built-in shifts first
     monkeypatch.setitem(SHIFTS._entries, "_test_source_tint",
-                        Entry("_test_source_tint", SourceTint, "test tint by source name", {"group": "_test_tint"}))
+                        Entry("_test_source_tint", SourceTint, "test tint by source name", {"group": "_test_tint"},
+                              ShiftInfo(family="_test_tint")))
     spec = {
         "dataset": "_test_tiny", "limit": 6, "batch_size": 6, "seed": 0, "metrics": ["top1"],
         "models": [{"name": "dummy_classifier", "params": {"label_space": 2}}],

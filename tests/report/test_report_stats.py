@@ -7,10 +7,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from samples_synth import synthetic_samples
+from samples_synth import synthetic_samples as _synthetic
 from shiftbench.metrics.uncertainty import mcnemar, sample_statistic
+from shiftbench.condition import Condition
 from shiftbench.report.stats import Uncertainty, row_conditions
 from shiftbench.report.tables import Cell, Table, build_tables
+from shiftbench.results.records import Row
+
+
+def synthetic_samples(**kw):
+    """The shared synthetic samples and rows, the rows typed as the loader gives them (results.records.Row)."""
+    samples, rows = _synthetic(**kw)
+    return samples, [Row(**r) for r in rows]
 
 NOISE = [("gaussian_noise", {}, 1), ("gaussian_noise", {}, 3), ("gaussian_noise", {}, 5)]
 CLEAN = [("clean", {}, 0)]
@@ -30,7 +38,7 @@ def replay(u: Uncertainty, tag: str, metric: str, models: list[str], conds: list
         for i in s["ids"]:
             if (allowed is None or i in allowed) and i not in universe:
                 universe.append(i)
-    rng = np.random.Generator(np.random.PCG64(u._row_seed(conds)))
+    rng = np.random.Generator(np.random.PCG64(u._row_seed([Condition("", "", *c) for c in conds])))
     draws = rng.integers(0, len(universe), size=(u.n_boot, len(universe)))
     boots = []
     for draw in draws:
@@ -102,8 +110,9 @@ def test_every_cell_gets_an_interval_that_holds_its_value_and_a_paired_test():
                 one = len(row_conditions(table, label)) == 1 and model != "mean" and table.metric == "top1"
                 assert cell.test == ("exact McNemar" if one else "paired bootstrap"), (table.metric, label, model)
     per_sev = build_tables(rows, per_severity=True)[0]
-    assert row_conditions(per_sev, "gaussian_noise s3") == [("gaussian_noise", {}, 3)]
-    assert row_conditions(build_tables(rows)[0], "gaussian_noise") == NOISE
+    triples = lambda conds: [(c.shift, c.params, c.severity) for c in conds]  # noqa: E731
+    assert triples(row_conditions(per_sev, "gaussian_noise s3")) == [("gaussian_noise", {}, 3)]
+    assert triples(row_conditions(build_tables(rows)[0], "gaussian_noise")) == NOISE
 
 
 def test_deterministic_and_a_new_model_leaves_other_cells_alone():
@@ -241,8 +250,8 @@ def _paired_store(clean: list[int], shifted: list[list[int]], models: tuple[str,
         for shift, severity, values in [("clean", 0, clean)] + [("snow", k + 1, v) for k, v in enumerate(shifted)]:
             samples.append({"model": model, "dataset": "d", "shift": shift, "params": {}, "severity": severity,
                             "metric": "top1", "kind": "mean", "ids": ids, "values": np.asarray(values, float)})
-            rows.append({"model": model, "dataset": "d", "shift": shift, "params": {}, "severity": severity,
-                         "metric": "top1", "value": float(np.mean(values)), "n": len(values), "extra": {}})
+            rows.append(Row(model=model, dataset="d", shift=shift, params={}, severity=severity, metric="top1",
+                            value=float(np.mean(values)), n=len(values), extra={}))
     return samples, rows
 
 
@@ -276,9 +285,9 @@ def test_any_paired_right_wrong_vectors_get_one_answer_the_exact_test(pair):
     csv_row = next(r for r in to_csv_rows(table) if r[1] == "snow" and r[2] == "m")
     assert csv_row[10:] == [repr(exact.p_value), str(exact.p_value >= 0.05).lower(), "exact McNemar"]
     head = headline(rows, [table], ["top1"], u)
-    shown = head["rows"][0]["cells"][1]
-    assert ("≈" in shown["text"]) == (exact.p_value >= 0.05)
-    assert f"p = {exact.p_value:.3g} (exact McNemar, against clean)" in shown["title"]
+    shown = head.rows[0].cells[1]
+    assert ("≈" in shown.text) == (exact.p_value >= 0.05)
+    assert f"p = {exact.p_value:.3g} (exact McNemar, against clean)" in shown.title
     # two models on one condition: the same test, between them
     samples2, rows2 = _paired_store(clean, [shifted], models=("m",))
     samples2 += [dict(s, model="k", values=np.asarray(shifted if s["shift"] == "clean" else clean, float))
@@ -317,9 +326,9 @@ def test_cells_where_the_bootstrap_and_mcnemar_disagreed_now_agree():
     u.annotate(table)
     cell = table.cells[("snow", "m")]
     assert cell.noise and cell.p_value == 0.0625 and cell.delta_low <= 0 <= cell.delta_high
-    text = headline(rows, [table], ["top1"], u)["rows"][0]["cells"][1]
-    assert text["text"] == "43.8 (-31.2) ≈" and "p = 0.0625 (exact McNemar, against clean)" in text["title"]
-    assert "≈: within noise, p >= 0.05 (exact McNemar)" in text["title"]
+    text = headline(rows, [table], ["top1"], u).rows[0].cells[1]
+    assert text.text == "43.8 (-31.2) ≈" and "p = 0.0625 (exact McNemar, against clean)" in text.title
+    assert "≈: within noise, p >= 0.05 (exact McNemar)" in text.title
     # one more loss: p = 0.031 < 0.05, no ≈, and the exact interval excludes 0
     shifted[5] = 0
     samples, rows = _paired_store(clean, [shifted])

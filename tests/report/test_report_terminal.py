@@ -29,9 +29,9 @@ def test_run_headline_is_the_reports_headline(store):
     cells equal those of the report, which annotates every table."""
     from shiftbench.report.build import _load, _main_tables, _run_headline
 
-    (run, rows, _, _, _, samples), = _load(store, None)
-    preferred, _, tables, unc = _main_tables(run, rows, samples)
-    assert run_headline(store) == _run_headline(run, rows, tables, preferred, unc)
+    run, = _load(store, None)
+    preferred, _, tables, unc = _main_tables(run)
+    assert run_headline(store) == _run_headline(run, tables, preferred, unc)
 
 
 def _console(width: int):
@@ -47,15 +47,15 @@ def test_printed_as_a_table_with_ci_lines_or_as_one_line_per_model(store):
     print_headline(wide, head, "headline of run r: top1")
     text = out.getvalue()
     assert text.startswith("headline of run r: top1")
-    for row in head["rows"]:
-        assert row["model"] in text
-        for cell in row["cells"]:
-            assert cell["text"] in text and (not cell["ci"] or cell["ci"] in text)
+    for row in head.rows:
+        assert row.model in text
+        for cell in row.cells:
+            assert cell.text in text and (not cell.ci or cell.ci in text)
     narrow, out = _console(40)
     print_headline(narrow, head, "headline of run r: top1")
     lines = out.getvalue().splitlines()
-    first = head["rows"][0]
-    cell = first["cells"][0]
-    expected = f"{first['model']}: {head['columns'][0]['head']} {cell['text']}" + (f" {cell['ci']}" if cell["ci"] else "")
+    first = head.rows[0]
+    cell = first.cells[0]
+    expected = f"{first.model}: {head.columns[0].head} {cell.text}" + (f" {cell.ci}" if cell.ci else "")
     assert lines[0] == "headline of run r: top1" and lines[1].startswith(expected)
-    assert sum(line.startswith("dummy_classifier") for line in lines) == len(head["rows"])
+    assert sum(line.startswith("dummy_classifier") for line in lines) == len(head.rows)

@@ -12,10 +12,12 @@ import pytest
 import tiny_registry  # noqa: F401  (registers the _test_noise image shift)
 from cir_fakes import SPEC, fake_retrievers
 
+from markdown_parse import markdown_blocks
 from shiftbench.engine.evaluate import evaluate
 from shiftbench.report.blocks import blocks_to_markdown, cell_text, strings_of
-from shiftbench.report.build import build_report, markdown_blocks
+from shiftbench.report.build import build_report
 from shiftbench.report.retrieval import GAMMA_NOTE, gamma_above_one, retrieval_blocks, retrieval_tables
+from shiftbench.results.records import Row
 
 SHIFTS = ["clean", {"name": "_test_noise", "severities": [2, 3, 5]}, {"name": "text_swap", "severities": [1, 3]}]
 
@@ -139,7 +141,7 @@ def test_report_passes_the_blocks_and_writes_their_markdown(stored, tmp_path):
     from shiftbench.report.build import _summaries
 
     (tmp_path / "again").mkdir()
-    found = _summaries(tmp_path / "again", rows, "", [])
+    found = _summaries(tmp_path / "again", [Row(**r) for r in rows], "", [])
     retrieval = next(s for s in found if s["title"] == "Composed retrieval")
     assert retrieval["id"] == "retrieval" and retrieval["blocks"] == retrieval_blocks(rows)
     md = (tmp_path / "retrieval.md").read_text()

@@ -19,7 +19,7 @@ import pytest
 
 import shiftbench as sb
 from shiftbench.cli import main
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 SPEC = {"dataset": "objects", "models": ["dummy_classifier"], "metrics": ["top1", "ece"], "limit": 4, "seed": 0,
         "batch_size": 2, "shifts": ["clean", {"name": "gaussian_noise", "severities": [1, 3]}]}
@@ -28,12 +28,12 @@ SPEC = {"dataset": "objects", "models": ["dummy_classifier"], "metrics": ["top1"
 # run never finished, and the write-ahead log holding committed pages SQLite has not folded into the file
 KILLED = textwrap.dedent("""
     import os, sys
-    from shiftbench.results.store import ConditionKey, Store
+    from shiftbench.results.store import Condition, Store
     store = Store(sys.argv[1])
     run = store.start_run({"dataset": "objects", "models": ["m"]}, seed=0)
-    done = store.condition(run, ConditionKey("m", "objects", "clean", {}, 0))
+    done = store.condition(run, Condition("m", "objects", "clean", {}, 0))
     store.finish_condition(done, {"top1": (0.75, 4, {"higher_is_better": True, "metric": "top1"})})
-    half = store.condition(run, ConditionKey("m", "objects", "gaussian_noise", {}, 3))
+    half = store.condition(run, Condition("m", "objects", "gaussian_noise", {}, 3))
     store.save_batch(half, 0, {"correct": 1, "n": 2})
     os._exit(9)
 """)
@@ -133,5 +133,5 @@ def test_a_killed_store_reads_what_it_committed_and_resumes_after(stores, tmp_pa
         run = store.runs()[0]
         assert run["status"] == "running" and [r["value"] for r in store.rows(run["run_id"])] == [0.75]
     with Store(db) as store:  # a writer afterwards: the run and its saved batch are there to resume
-        cid = store.condition(run["run_id"], ConditionKey("m", "objects", "gaussian_noise", {}, 3))
+        cid = store.condition(run["run_id"], Condition("m", "objects", "gaussian_noise", {}, 3))
         assert list(store.batches(cid)) == [0]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shiftbench.errors import StoreError
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 from e2e import count_in
 from store_writer import expected_value
@@ -100,14 +100,14 @@ def test_same_run_twice_at_once_never_duplicates(tmp_path):
 def test_finish_is_atomic_and_idempotent(tmp_path):
     store = Store(tmp_path / "s.db")
     run = store.start_run({"a": 1}, seed=3, versions={"numpy": "x"}, git_hash="abc")
-    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
-    assert cid == store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
+    assert cid == store.condition(run, Condition("m", "d", "clean", {}, 0))
     assert store.finish_condition(cid, {"top1": (0.5, 10), "ece": (0.1, 10, {"bins": [1, 2]})})
     assert not store.finish_condition(cid, {"top1": (0.9, 10)})
     rows = store.rows(run)
     assert [(r["metric"], r["value"]) for r in rows] == [("ece", 0.1), ("top1", 0.5)]
     assert rows[0]["extra"] == {"bins": [1, 2]}
-    cid2 = store.condition(run, ConditionKey("m", "d", "noise", {"x": 1}, 3))
+    cid2 = store.condition(run, Condition("m", "d", "noise", {"x": 1}, 3))
     with pytest.raises(Exception):
         store.finish_condition(cid2, {"top1": ("not a number", 10)})
     assert not store.is_done(cid2) and len(store.rows(run)) == 2  # the failed write left nothing
@@ -154,7 +154,7 @@ def test_per_sample_values_round_trip_with_their_condition(tmp_path):
 
     store = Store(tmp_path / "r.db")
     run = store.start_run({"dataset": "d"}, seed=0)
-    cid = store.condition(run, ConditionKey("m", "d", "noise", {"k": 1}, 2))
+    cid = store.condition(run, Condition("m", "d", "noise", {"k": 1}, 2))
     hits = np.array([1.0, 0.0, 1.0])
     iou = np.arange(3 * 2 * 4, dtype=np.float64).reshape(3, 2, 4) / 7
     assert store.finish_condition(cid, {"top1": (2 / 3, 3), "miou": (0.5, 3)},
@@ -177,7 +177,7 @@ def test_per_sample_values_are_written_with_the_results_or_not_at_all(tmp_path):
 
     store = Store(tmp_path / "r.db")
     run = store.start_run({"dataset": "d"}, seed=0)
-    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
     with pytest.raises(StoreError, match="2 sample ids for 3 values"):
         store.finish_condition(cid, {"top1": (1.0, 3)}, samples={"top1": ("mean", ["a", "b"], np.ones(3))})
     with pytest.raises(ValueError):  # fails inside the transaction: the results roll back with it
@@ -191,7 +191,7 @@ def test_a_store_made_before_per_sample_values_opens_and_has_none(tmp_path):
     db = tmp_path / "old.db"
     store = Store(db)
     run = store.start_run({"dataset": "d"}, seed=0)
-    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
     store.finish_condition(cid, {"top1": (0.5, 2)})
     store.close()
     with sqlite3.connect(db) as con:  # as an older shiftbench left it
@@ -204,7 +204,7 @@ def test_a_store_made_before_per_sample_values_opens_and_has_none(tmp_path):
         os.chmod(db, 0o644)
     with Store(db) as old:  # writable: the table is added, and new conditions keep their values
         assert old.samples(run) == []
-        cid2 = old.condition(run, ConditionKey("m", "d", "noise", {}, 1))
+        cid2 = old.condition(run, Condition("m", "d", "noise", {}, 1))
         old.finish_condition(cid2, {"top1": (1.0, 1)}, samples={"top1": ("mean", ["a"], np.ones(1))})
         assert [s["shift"] for s in old.samples(run)] == ["noise"]
 

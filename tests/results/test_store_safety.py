@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from shiftbench.errors import StoreError
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 
 WORKERS = 20
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -25,7 +25,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # to end a run whose machine has stalled, and every child is killed before the test returns.
 WRITER = r"""
 import json, os, sys, time
-from shiftbench.results.store import ConditionKey, Store
+from shiftbench.results.store import Condition, Store
 path, index, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 open(os.path.join(gate, f"ready-{index}"), "w").close()
 for _ in range(60000):
@@ -35,7 +35,7 @@ for _ in range(60000):
 try:
     with Store(path) as store:
         run = store.start_run({"writer": index}, seed=index)
-        cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+        cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
         store.finish_condition(cid, {"score": (float(index), 1)})
     print(json.dumps([index, "ok"]))
 except BaseException as exc:
@@ -92,7 +92,7 @@ def test_read_only_store_is_one_line(tmp_path):
     path = tmp_path / "ro.db"
     with Store(path) as store:
         run = store.start_run({"a": 1}, seed=0)
-        cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+        cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
         store.finish_condition(cid, {"score": (0.5, 4)})
     os.chmod(path, stat.S_IRUSR)
     try:
@@ -110,7 +110,7 @@ def test_full_disk_is_one_line_and_nothing_half_written(tmp_path):
     path = tmp_path / "full.db"
     store = Store(path)
     run = store.start_run({"a": 1}, seed=0)
-    cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
     pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
     store._conn.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
     big = {"blob": "x" * 200_000}

@@ -128,7 +128,7 @@ def test_torch_matches_numpy(name, shape, torch_one_thread):
 @pytest.mark.parametrize("name", CBAR_CORRUPTIONS)
 def test_params_json_replay_and_seeds(name):
     shift = shiftbench.create_shift(name)
-    assert shift.group == "cbar"
+    assert shiftbench.registry.shift_info(shift.name).family == "cbar"
     for image in (photo(1, 40, 40), photo(2, 48, 72)):
         for severity in SEVERITIES:
             out, params = shift(image, severity=severity, seed=0, sample_id="a", return_params=True)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..datasets import objects
 from ..errors import ShiftbenchError
+from ..models.hf import HFCaptioner
 from ..sample import Sample
 
 __all__ = ["TemplateCaptioner", "Blip2Captioner", "create_captioner", "CAPTIONERS"]
@@ -41,8 +43,6 @@ class TemplateCaptioner:
         scene = ""
         scene_id = (sample.meta or {}).get("scene_id")
         if scene_id:
-            from ..datasets import objects
-
             try:
                 scene = " " + objects.scene_info(scene_id).phrase
             except ShiftbenchError:
@@ -70,12 +70,6 @@ class Blip2Captioner:
 
     def _load(self):
         if self._model is None:
-            try:
-                from ..models.hf import HFCaptioner
-            except ImportError:  # pragma: no cover - transformers missing
-                from ..install import install_command
-
-                raise ShiftbenchError(f"the blip2 captioner needs transformers: {install_command('gen')}") from None
             try:
                 self._model = HFCaptioner(self.source, device=self.device, dtype=self.dtype,
                                           max_new_tokens=self.max_new_tokens)

@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..install import install_command
+from ..models.u2net import U2NetP
 from ..sample import Sample
 
 __all__ = [
@@ -308,8 +310,6 @@ _U2NETP: dict[int | None, Any] = {}
 def _u2netp(threads: int | None = None):
     """One U2-Net-p session per process and thread count (loading the graph costs more than a prediction)."""
     if threads not in _U2NETP:
-        from ..models.u2net import U2NetP
-
         _U2NETP[threads] = U2NetP(threads=threads)
     return _U2NETP[threads]
 
@@ -456,8 +456,6 @@ def _load_pair(source: Any, model_cls: str, processor_cls: str, device: str):
     try:
         import transformers
     except ImportError:
-        from ..install import install_command
-
         raise ShiftbenchError(f"the sam mask provider needs transformers: {install_command('gen')}") from None
     try:
         model = getattr(transformers, model_cls).from_pretrained(source)

@@ -164,8 +164,8 @@ def texture_objects(classes: Any = None) -> list[str]:
 
 def texture_patch(object_id: str, seed: int = 0, crop: int = 0) -> Patch:
     """Crop ``crop`` of the object's texture: a square of side min(largest square, ``PATCH_MAX``) inside its
-    mask, at a position drawn from ``default_rng([seed, crc32(object_id), 0x7E47, crop])``."""
-    seed = check_seed(seed, "texture_patch: seed")
+    mask, at a position drawn from ``default_rng([seed, crc32(object_id), 0x7E47, crop])`` (``seed``: a dataset's,
+    checked where it was built)."""
     side = min(largest_square(object_id), PATCH_MAX)
     if side < PATCH_MIN:
         raise ShiftbenchError(f"object {object_id!r} gives no texture: its largest square inside the mask is "
@@ -210,7 +210,7 @@ def shape_placement(object_id: str, canvas: Any = objects.DEFAULT_SIZE, seed: in
         ow, oh = longest, max(1, round(longest * info.height / info.width))
     else:
         ow, oh = max(1, round(longest * info.width / info.height)), longest
-    flip = bool(np.random.default_rng([check_seed(seed), zlib.crc32(object_id.encode()), _FLIP_TAG]).random() < 0.5)
+    flip = bool(np.random.default_rng([seed, zlib.crc32(object_id.encode()), _FLIP_TAG]).random() < 0.5)
     return objects.Placement((w - ow) // 2, (h - oh) // 2, ow, oh, (h, w), flip)
 
 

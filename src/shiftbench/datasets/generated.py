@@ -32,7 +32,7 @@ from ..severity import canonical
 
 __all__ = ["generated_origin", "SETTINGS", "MANIFEST", "JOURNAL"]
 
-SETTINGS = "generate.json"  # the names engine/generate.py writes above the shift folders
+SETTINGS = "generate.json"  # the names engine/generate/ writes above the shift folders
 MANIFEST = "manifest.jsonl"
 JOURNAL = "manifest.partial.jsonl"
 

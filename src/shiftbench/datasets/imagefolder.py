@@ -15,6 +15,7 @@ from ..registry import DATASETS
 from ..sample import Sample, decode_image
 from .common import (IMAGE_EXTENSIONS, ON_ERROR, VERIFY, ReaderDataset, check_choice, check_inside, check_root,
                      one_line, screen, shown)
+from .contexts import assign_contexts, read_contexts
 from .cue_conflict_folder import CueConflictFolder
 from .imagenet import NUM_CLASSES, class_names as imagenet_class_names, imagenet_classes, wnid_to_index
 
@@ -74,8 +75,6 @@ class ImageFolder(ReaderDataset):
         self._files, self.skipped = screen(files, lambda rel: [self.root / rel], self.root, on_error, verify)
         self._contexts: dict[str, tuple[str, ...]] = {}
         if contexts is not None:
-            from .contexts import assign_contexts, read_contexts
-
             images = {rel: rel.split("/", 1)[0] for rel in self._files}
             self._contexts = assign_contexts(read_contexts(contexts), images, contexts, "imagefolder",
                                              also=[*files, *folders])

@@ -31,12 +31,14 @@ sequential pass reads each row group once. Class names come from ``classes=`` (a
 from __future__ import annotations
 
 import json
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import DatasetError, ImageError, ShiftbenchError
+from ..install import install_command
 from ..registry import DATASETS
 from ..sample import Sample
 from .common import (ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, parse_json, read_json,
@@ -53,8 +55,6 @@ def _pyarrow() -> Any:
         import pyarrow.ipc  # noqa: F401
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        from ..install import install_command
-
         raise ShiftbenchError(f"reading Parquet / Arrow datasets needs pyarrow: {install_command('stream')}") \
             from None
     return pyarrow
@@ -131,19 +131,31 @@ class _Part:
         return self.arrow_table().column(name).to_pylist()
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a reader does with bad records, checked once: ``on_error`` fail or skip, ``verify`` header, full or none."""
+
+    on_error: str = "fail"
+    verify: str = "header"
+
+    def __post_init__(self) -> None:
+        check_choice("on_error", self.on_error, ON_ERROR)
+        check_choice("verify", self.verify, VERIFY)
+
+
 @DATASETS.register("parquet", description="Parquet files or a Hugging Face datasets save_to_disk folder: an "
                    "image-bytes column and a label column, read lazily (pyarrow)", reader=True,
                    annotations=("label",))
 class ParquetImages(ReaderDataset):
     """Rows of Parquet / Arrow files in file order, then row order; see the module docstring."""
 
+    option_groups = (Reading,)  # what ``reading`` takes: on_error, verify (the registry checks the names)
+
     def __init__(self, root: Any = None, image_column: str | None = None, label_column: str | bool | None = None,
                  id_column: str | None = None, caption_column: str | None = None,
-                 classes: Sequence[str] | str | None = None, split: str | None = None,
-                 on_error: str = "fail", verify: str = "header"):
+                 classes: Sequence[str] | str | None = None, split: str | None = None, **reading: str):
         self.root = check_root(root, "parquet", want_dir=False)
-        self.on_error = check_choice("on_error", on_error, ON_ERROR)
-        check_choice("verify", verify, VERIFY)
+        self.on_error, verify = astuple(Reading(**reading))
         _pyarrow()
         self._folder, files, kind, features = self._layout(self.root, split)
         self._parts = [_Part(path, name, kind) for path, name in files]
@@ -176,7 +188,7 @@ class ParquetImages(ReaderDataset):
         self._labels = np.array(labels, dtype=np.int64)
         if verify != "none":
             self._verify(verify, bad)
-        report_bad(bad, self.root, on_error)
+        report_bad(bad, self.root, self.on_error)
         self.skipped = list(bad)
         if not len(self._part):
             raise ShiftbenchError(f"parquet: no usable rows under {self.root}")

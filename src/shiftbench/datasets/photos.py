@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import ImageError, ShiftbenchError
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
-from ..sample import Sample, load_image, to_rgb_uint8
+from ..sample import Sample, image_error_reason, load_image, to_rgb_uint8
 from .base import Dataset
 from .imagenet import NUM_CLASSES, class_names, imagenet_class
 
@@ -98,8 +98,6 @@ class ImageNetPhotos(Dataset):
         _, label, name = self._entries[index]
         if self._zip:
             from PIL import Image
-
-            from ..sample import image_error_reason
 
             try:
                 with zipfile.ZipFile(self.root) as zf, Image.open(io.BytesIO(zf.read(name))) as img:

@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import ImageError, ShiftbenchError
 from ..resize import INTERPOLATIONS, check_interpolation, crop_corner, nearest_index as _nearest_index
 from ..resize import LIMIT, MAX_PIXELS, MAX_SIDE, check_pixels, check_shorter, resize_nearest, resized_size
-from ..resize import resize as resize_image
+from ..resize import resample, resize as resize_image
 from ..sample import Sample
 
 __all__ = ["INTERPOLATIONS", "Preprocessing", "Geometry", "resized_size", "crop_corner", "resize_image",
@@ -162,9 +162,12 @@ class Preprocessing:
 
     def apply_image(self, image: np.ndarray) -> np.ndarray:
         """An HxWx3 uint8 image resized and cropped (the pixels alone)."""
-        g = self.geometry(*image.shape[:2])
+        return self._pixels(image, self.geometry(*image.shape[:2]))
+
+    def _pixels(self, image: np.ndarray, g: Geometry) -> np.ndarray:
+        """The pixels moved: the filter was checked when this object was built, the size by ``geometry``."""
         top, left, ch, cw = g.crop
-        return np.ascontiguousarray(resize_image(image, g.resized, self.interpolation)[top:top + ch, left:left + cw])
+        return np.ascontiguousarray(resample(image, g.resized, self.interpolation)[top:top + ch, left:left + cw])
 
     def apply(self, sample: Sample) -> Sample:
         """``sample`` resized and cropped, its mask, boxes and per-annotation masks and meta following (see the
@@ -173,11 +176,9 @@ class Preprocessing:
             return sample
         h, w = sample.size
         g = self.geometry(h, w, f"sample {sample.id}")
-        top, left, ch, cw = g.crop
         index = _nearest_index(h, w, g.resized) if g.resized != (h, w) and _has_masks(sample) else None
-        image = np.ascontiguousarray(resize_image(sample.image, g.resized, self.interpolation)[top:top + ch, left:left + cw])
         meta = dict(sample.meta or {})
-        changes: dict[str, Any] = {"image": image}
+        changes: dict[str, Any] = {"image": self._pixels(sample.image, g)}
         keep = None
         if sample.boxes is not None:
             boxes, keep_mask = self._boxes(sample, g, meta)

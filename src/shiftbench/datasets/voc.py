@@ -12,7 +12,7 @@ from ..errors import DatasetError, ImageError, ShiftbenchError
 from ..files import write_atomic
 from ..labelspace import LabelSpace
 from ..registry import DATASETS
-from ..sample import Sample, decode_image
+from ..sample import Sample, decode_image, image_error_reason
 from .common import ON_ERROR, VERIFY, ReaderDataset, check_choice, check_root, one_line, resolve_inside, screen, shown
 
 VOC_CLASSES = [
@@ -56,8 +56,6 @@ def voc_colormap(n: int = 256) -> np.ndarray:
 def read_label_png(path: Path) -> np.ndarray:
     """An HxW uint8 index map from a VOC label PNG: palette indices, or RGB mapped back through the VOC palette."""
     from PIL import Image
-
-    from ..sample import image_error_reason
 
     try:
         with Image.open(path) as img:

@@ -18,9 +18,15 @@ from typing import Any
 
 import yaml
 
-from ..console import print_table
+from ..console import make_console, plural, print_table
+from ..engine.evaluate import evaluate
+from ..engine.spec import load_spec
 from ..errors import ShiftbenchError
-from ..results.store import params_key
+from ..report import build_report
+from ..report.objectcompose import CUSTOM_FAMILIES, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, attack_source, family_of
+from ..report.tables import condition_label
+from ..results.records import Row
+from ..shifts.groups import group_members
 
 
 def demo_spec(name: str) -> dict[str, Any]:
@@ -30,11 +36,6 @@ def demo_spec(name: str) -> dict[str, Any]:
 
 
 def run_demo(out: str | Path, quick: bool = False) -> Path:
-    from ..console import make_console, plural
-    from ..engine.evaluate import evaluate
-    from ..engine.spec import load_spec
-    from ..report import build_report
-
     console = make_console()
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -52,8 +53,8 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
         t = time.perf_counter()
         rows = evaluate(spec, store=store, progress=True)
         timings[spec.name] = time.perf_counter() - t
-        run_ids.append(rows[0]["run_id"])
-        summaries.append(rows)
+        summaries.append([Row(**r) for r in rows])  # evaluate's rows (dicts, its public return) as records
+        run_ids.append(summaries[-1][0].run_id)
     report = build_report(store, out / f"report{suffix}", run_id=run_ids)
     total = time.perf_counter() - start
     _print_classification(console, summaries[0], "corruptions")
@@ -64,7 +65,7 @@ def run_demo(out: str | Path, quick: bool = False) -> Path:
     return report
 
 
-def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -> None:
+def _print_classification(console, rows: list[Row], what: str = "") -> None:
     """Per model: clean, the mean of the k corruptions, the natural scenes' mean (when there are others than
     Mixed-Same and Mixed-Rand, which have their own columns), Mixed-Same, Mixed-Rand and their BG-Gap, the
     synthetic (colour, texture) backgrounds' mean, custom prompts, and the two controls and the attack in
@@ -73,31 +74,27 @@ def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -
     for are left out."""
     from rich.table import Table
 
-    from ..registry import SHIFTS
-    from ..report.objectcompose import CUSTOM_FAMILIES, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, family_of
-    from ..report.tables import condition_label
-
-    top1 = [r for r in rows if r["metric"] == "top1" and r["value"] is not None]
-    groups = {e.name: e.meta.get("group") for e in SHIFTS.entries()}
+    top1 = [r for r in rows if r.metric == "top1" and r.value is not None]
+    common = set(group_members("common") or ())  # ImageNet-C's 15: its four families, no extras
     source = _attack_source(top1)
-    n = max((r["n"] for r in top1 if r["shift"] == "clean"), default=0)
-    fam = {(r["shift"], params_key(r["params"])): family_of(r["shift"], r["params"]) for r in top1}
+    n = max((r.n for r in top1 if r.shift == "clean"), default=0)
+    fam = {(r.shift, r.params_key): family_of(r.shift, r.params) for r in top1}
 
-    def family(r: dict[str, Any]) -> str | None:
-        return fam[(r["shift"], params_key(r["params"]))]
+    def family(r: Row) -> str | None:
+        return fam[(r.shift, r.params_key)]
 
-    def values(mine: list[dict[str, Any]], names: tuple[str, ...]) -> list[float]:
-        return [r["value"] for r in mine if family(r) in names]
+    def values(mine: list[Row], names: tuple[str, ...]) -> list[float]:
+        return [r.value for r in mine if family(r) in names]
 
-    is_corruption = lambda r: groups.get(r["shift"]) in ("noise", "blur", "weather", "digital")  # noqa: E731
+    is_corruption = lambda r: r.shift in common  # noqa: E731
     present = {family(r) for r in top1}
     gap = {"mixed_same", "mixed_rand"} <= present
-    columns: list[tuple[str, Any]] = [("clean", lambda mine: _pct(next((r["value"] for r in mine
-                                                                        if r["shift"] == "clean"), None)))]
+    columns: list[tuple[str, Any]] = [("clean", lambda mine: _pct(next((r.value for r in mine
+                                                                        if r.shift == "clean"), None)))]
     if any(is_corruption(r) for r in top1):
-        k = len({r["shift"] for r in top1 if is_corruption(r)})
+        k = len({r.shift for r in top1 if is_corruption(r)})
         columns.append((f"mean of {k} corruption{'s' if k != 1 else ''}",
-                        lambda mine: _mean_pct([r["value"] for r in mine if is_corruption(r)])))
+                        lambda mine: _mean_pct([r.value for r in mine if is_corruption(r)])))
     if present & set(NATURAL_FAMILIES) - ({"mixed_same", "mixed_rand"} if gap else set()):
         columns.append(("natural scenes (mean)", lambda mine: _mean_pct(values(mine, NATURAL_FAMILIES))))
     if gap:
@@ -122,8 +119,8 @@ def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -
     corrupted = any(is_corruption(r) for r in top1)
     if corrupted:
         table.add_column("worst corruption", overflow="fold")
-    for model in dict.fromkeys(r["model"] for r in top1):
-        mine = [r for r in top1 if r["model"] == model]
+    for model in dict.fromkeys(r.model for r in top1):
+        mine = [r for r in top1 if r.model == model]
         cells = []
         for head, fn in columns:
             if fn is None:  # the attack: which model it was optimised against
@@ -132,14 +129,14 @@ def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -
             else:
                 cells.append(fn(mine))
         if corrupted:
-            worst = min((r for r in mine if is_corruption(r)), key=lambda r: r["value"], default=None)
-            cells.append(f"{condition_label(worst['shift'], worst['params'])} s{worst['severity']} "
-                         f"({_pct(worst['value'])})" if worst else "–")
+            worst = min((r for r in mine if is_corruption(r)), key=lambda r: r.value, default=None)
+            cells.append(f"{condition_label(worst.shift, worst.params)} s{worst.severity} "
+                         f"({_pct(worst.value)})" if worst else "–")
         table.add_row(model, *cells)
     print_table(console, table)
     notes = [f"{n} images per cell: one image is {100 / n:.1f} points." if n else ""]
-    if any(family_of(r["shift"], r["params"]) == "adversarial" for r in top1):
-        early = any((r["params"] or {}).get("early_stop") for r in top1 if r["shift"].startswith("adversarial"))
+    if any(family_of(r.shift, r.params) == "adversarial" for r in top1):
+        early = any((r.params or {}).get("early_stop") for r in top1 if family(r) == "adversarial")
         notes.append(f"The adversarial background is optimised against {source or 'a model given as an object'}"
                      + (" and stops on each image as soon as it is fooled (early_stop: true), so it is weaker "
                         "on the other models than the full 30 steps." if early else "."))
@@ -147,13 +144,11 @@ def _print_classification(console, rows: list[dict[str, Any]], what: str = "") -
 
 
 
-def _attack_source(rows: list[dict[str, Any]]) -> str | None:
+def _attack_source(rows: list[Row]) -> str | None:
     """The classifier the adversarial background is optimised against, from the rows' own params
     (``report.objectcompose.attack_source``: the shift's source parameter, or its default)."""
-    from ..report.objectcompose import attack_source
-
     for r in rows:
-        source = attack_source(r["shift"], r["params"] or {})
+        source = attack_source(r.shift, r.params or {})
         if source is not None:
             return source
     return None
@@ -170,17 +165,18 @@ def _mean_pct(values: list[float]) -> str:
     return _pct(sum(values) / len(values)) if values else "–"
 
 
-def _print_retrieval(console, rows: list[dict[str, Any]]) -> None:
+def _print_retrieval(console, rows: list[Row]) -> None:
     from rich.table import Table
 
+    text = set(group_members("text") or ())  # the text shifts; the others change the image
     table = Table(title="composed retrieval on objects-cir test: R@10 (%) and mean gamma@10", title_justify="left")
     for col in ("retriever", "clean R@10", "mean gamma@10 (image)", "mean gamma@10 (text)"):
         table.add_column(col)
-    for model in dict.fromkeys(r["model"] for r in rows):
-        mine = [r for r in rows if r["model"] == model]
-        clean = next((r["value"] for r in mine if r["shift"] == "clean" and r["metric"] == "R@10"), None)
-        g_img = [r["value"] for r in mine if r["metric"] == "gamma@10" and not r["shift"].startswith("text_")]
-        g_txt = [r["value"] for r in mine if r["metric"] == "gamma@10" and r["shift"].startswith("text_")]
+    for model in dict.fromkeys(r.model for r in rows):
+        mine = [r for r in rows if r.model == model]
+        clean = next((r.value for r in mine if r.shift == "clean" and r.metric == "R@10"), None)
+        g_img = [r.value for r in mine if r.metric == "gamma@10" and r.shift not in text]
+        g_txt = [r.value for r in mine if r.metric == "gamma@10" and r.shift in text]
         table.add_row(model, _pct(clean), _num(g_img), _num(g_txt))
     print_table(console, table)
 

@@ -13,9 +13,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..datasets import Subset, load
 from ..files import write_atomic
 from ..registry import MODELS
-from .kernel import CLEAN, Loader
+from ..tasks.labels import plan_labels
+from .kernel import CLEAN, Loader, spec_loader
+from .progress import RunProgress
 
 
 def curated_indices(data: Any, models: dict[str, tuple[Any, Any]], batch_size: int = 32,
@@ -31,7 +34,7 @@ def curated_indices(data: Any, models: dict[str, tuple[Any, Any]], batch_size: i
     kept: list[int] = []
     dropped = {"wrong": 0, "mask": 0, "unlabelled": 0}
     wrong_per_model = {label: 0 for label in models}
-    loader = loader if loader is not None else Loader(data, 0, "fail", "cpu", (), "curate")
+    loader = loader if loader is not None else Loader(data, 0, pixels="cpu", step="curate")
     for b, batch in enumerate(loader.batches(CLEAN, batch_size)):
         samples = batch.samples
         indices = list(range(b * batch_size, b * batch_size + len(samples)))
@@ -69,8 +72,6 @@ def curate(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Ids of the samples that every model gets right (top-1) and that pass the mask filter."""
-    from ..datasets import load
-
     if not models:
         raise ShiftbenchError("curate needs at least one model")
     data = load(dataset, limit=limit)
@@ -96,8 +97,6 @@ def curate(
 def classifier_plan(model: Any, name: str, data: Any, dataset_name: str, label_map: Any = None,
                     class_subset: Any = None) -> tuple[Any, Any]:
     """(model set to the dataset's label space, its label plan); refuses a model that is no classifier."""
-    from ..tasks.labels import plan_labels
-
     if getattr(model, "task", None) != "classification":
         raise ShiftbenchError(f"curate needs classifiers; {name!r} is a {getattr(model, 'task', '?')} model")
     plan = plan_labels(model, data, label_map, dataset_name=dataset_name,
@@ -113,9 +112,6 @@ def curate_run(spec: Any, dataset: Any, plans: dict[str, Any], progress: bool = 
     Deterministic (clean images, fixed weights), so a resumed run or a Ray worker that opens the dataset
     itself finds the same samples. The clean batches come from the run kernel's loader."""
     import logging
-
-    from ..datasets import Subset
-    from .progress import RunProgress
 
     names = spec.curate.models or [m.label for m in spec.models]
     nets: dict[str, tuple[Any, Any]] = {}
@@ -136,7 +132,7 @@ def curate_run(spec: Any, dataset: Any, plans: dict[str, Any], progress: bool = 
             bar.advance("curating on clean", k - done[0])
             done[0] = k
 
-        loader = Loader(dataset, spec.seed, spec.on_error, pixels, (), "curate", preprocess=spec.preprocess)
+        loader = spec_loader(spec, dataset, "curate", pixels)
         kept, summary = curated_indices(dataset, nets, spec.batch_size, spec.curate.min_mask_fraction, advance, loader)
     if not kept:
         raise ShiftbenchError(f"curate: none of the {len(dataset)} samples is classified correctly on clean by "

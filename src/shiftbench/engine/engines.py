@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import Option, ShiftbenchError
 from ..install import install_command
+from .cluster import join
 from .spec import EngineSection
 
 CONNECT_TIMEOUT_S = 5.0  # an unreachable --address is refused after this long, not after Ray's own minute
@@ -151,8 +152,6 @@ class RayEngine(Engine):
                 options: dict[str, Any] = dict(log_to_driver=self.verbose, configure_logging=True,
                                                logging_level=logging.INFO if self.verbose else logging.ERROR)
                 if address:  # token authentication matched to the cluster's; a refusal named in one line
-                    from .cluster import join
-
                     join(ray, address, options, quiet=not self.verbose)
                 else:
                     options.update(num_cpus=int(workers) if workers else os.cpu_count(), include_dashboard=False)

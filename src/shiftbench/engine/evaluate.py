@@ -18,35 +18,40 @@ saves them exactly as the local loop does (``kernel.save_scored``), so both engi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
+from ..metrics.base import check_task
 from ..registry import METRICS, MODELS
-from ..sample import Sample
-from ..seeds import check_seed
-from .spec import EngineSection, Spec, load_spec
 from ..results.artifacts import CURATION_ARTIFACT, SKIPPED_ARTIFACT
 from ..results.codec import encode_state
 from ..results.store import Store, spec_hash
-from .kernel import (CLEAN, GRID_SAMPLES, check_first_batch, Condition, Held, Loader, Plan, Scored, batch_states, batches_needed,
-                     batches_per_unit, condition_ids, error_reason, finish_complete, finish_held, open_condition,
-                     plan_conditions, restore_held, save_scored, save_thumbnails, shard_units, start_run, thumbnails)
+from ..sample import Sample
+from ..tasks import task_of
+from .analysis import run_analysis
+from .curate import curate_run
+from .engines import WorkerSetup, check_reachable, import_ray, make_engine, user_modules, worker_state
+from .generate.layout import base_of
+from .kernel import (CLEAN, GRID_SAMPLES, Batch, Held, Plan, Planned, RunCall, Scored, TaskRun, Unit, batch_states,
+                     batches_per_unit, check_first_batch, condition_ids, error_reason, finish_held, plan_conditions,
+                     restore_held, run_local, run_units, save_scored, save_thumbnails, spec_loader, start_run,
+                     thumbnails)
 from .pixels import DeviceBatch
 from .progress import RunProgress as _Progress
+from .quality import run_quality
+from .retrieval import is_retrieval_spec, run_retrieval, setup_retrieval
 from .selection import open_dataset
-from .curate import curate_run
-
-if TYPE_CHECKING:
-    from .engines import WorkerSetup
+from .spec import EngineSection, Spec, load_spec
 
 
 log = logging.getLogger("shiftbench")
@@ -69,8 +74,6 @@ class RunStart:
 def with_default_metrics(spec: Spec, defaults: dict[str, Any]) -> Spec:
     """``spec`` with the metrics its models' task gives by default (``defaults``: model label -> names), written in
     as if the spec had listed them, so that the run's identity holds them; one list must fit every model."""
-    import dataclasses
-
     chosen = {tuple(names) for names in defaults.values()}
     if len(chosen) != 1:
         listed = "; ".join(f"{m}: {', '.join(names)}" for m, names in defaults.items())
@@ -82,24 +85,13 @@ def with_default_metrics(spec: Spec, defaults: dict[str, Any]) -> Spec:
 def prepare(spec_or_path: Any, models: dict[str, Any] | None = None) -> Plan:
     """Set up a run without running it (see :class:`Plan`); raises the error the run would raise."""
     spec = load_spec(spec_or_path)
-    return _Runner(spec, None, None, False, models or {}, None).prepare()
+    return _Runner(spec, RunCall(models=models or {})).prepare()
 
 
-def evaluate(
-    spec_or_path: Any,
-    store: str | os.PathLike | Store | None = None,
-    run_id: str | None = None,
-    progress: bool = False,
-    models: dict[str, Any] | None = None,
-    on_batch: Callable[[str, int], None] | None = None,
-    new_run: bool = False,
-    engine: str | None = None,
-    address: str | None = None,
-    workers: int | None = None,
-    shard_size: int | None = None,
-    pixels: str | None = None,
-    on_start: Callable[["RunStart"], None] | None = None,
-) -> list[dict[str, Any]]:
+def evaluate(spec_or_path: Any, store: str | os.PathLike | Store | None = None, run_id: str | None = None,
+             progress: bool = False, models: dict[str, Any] | None = None,
+             on_batch: Callable[[str, int], None] | None = None, new_run: bool = False,
+             on_start: Callable[["RunStart"], None] | None = None, **engine: Any) -> list[dict[str, Any]]:
     """Run a spec (dict, Spec or YAML path) and return its result rows (see DESIGN.md).
 
     ``engine``: ``"local"`` (this process; the default) or ``"ray"``: units of (condition, shard of
@@ -108,7 +100,8 @@ def evaluate(
     the local engine. ``address`` joins a running Ray cluster (default: start a local one on
     ``workers`` CPUs). ``pixels``: where corruptions run: ``"auto"`` (the default: on the models' GPU when
     every model is a torch classifier there, engine/pixels.py), ``"device"`` (on the models' device, whatever
-    it is) or ``"cpu"``. Arguments override the spec's ``engine:`` entry.
+    it is) or ``"cpu"``. These keywords (``engine``, ``address``, ``workers``, ``shard_size``, ``pixels``) override
+    the spec's ``engine:`` entry.
 
     ``store`` is a database path (created if missing) or an open Store; without one a temporary store
     is used. ``models`` may pass already-created model objects by name (reused across calls).
@@ -122,16 +115,12 @@ def evaluate(
     A spec without ``metrics:`` runs each model's task's defaults (classification: top1, ece), recorded
     in the run's spec as if it had listed them.
     """
-    spec = load_spec(spec_or_path).with_engine(name=engine, address=address, workers=workers,
-                                               shard_size=shard_size, pixels=pixels)
+    spec = load_spec(spec_or_path).with_engine(name=engine.pop("engine", None), **engine)
     if spec.engine.ray:
-        from .engines import check_reachable, import_ray
-
         import_ray()  # a missing Ray or an unreachable cluster is said before minutes of setup
         if spec.engine.address not in (None, "", "auto"):
             check_reachable(spec.engine.address)
-    runner = _Runner(spec, None, run_id, progress, models or {}, on_batch, new_run=new_run)
-    runner.on_start = on_start
+    runner = _Runner(spec, RunCall(run_id, progress, models or {}, on_batch, new_run, on_start))
     plan = runner.prepare()
     tmpdir = None
     if store is None:
@@ -142,14 +131,9 @@ def evaluate(
         path = Path(store)
         created = path if not path.exists() or (path.is_file() and path.stat().st_size == 0) else None
     db = store if isinstance(store, Store) else Store(store)
-    runner.store = db
     try:
-        rows = runner.run(plan)
-        from .quality import run_quality
-
+        rows = runner.run(plan, db)
         run_quality(plan, db, runner.run_id, progress)  # the spec's quality: section, stored for the report
-        from .analysis import run_analysis
-
         run_analysis(plan, db, runner.run_id, progress)  # the spec's analysis: section (Grad-CAM, reliance, t-SNE)
         return rows
     except BaseException:
@@ -183,33 +167,30 @@ def _remove_if_empty(db: Store, path: Path, run_id: str | None) -> None:
 
 
 class _Runner:
-    def __init__(self, spec: Spec, store: Store | None, run_id: str | None, progress: bool,
-                 models: dict[str, Any], on_batch: Callable | None, new_run: bool = False):
-        self.spec, self.store, self.progress, self.on_batch = spec, store, progress, on_batch
+    """The evaluation runner of one spec: its setup (:meth:`prepare`) and its run (:meth:`run`) on the kernel's
+    loop, with the per-task scoring part (:meth:`_score`)."""
+
+    def __init__(self, spec: Spec, call: RunCall):
+        self.spec, self.call = spec, call
         self.engine = spec.engine  # a Ray worker's spec says local, with the driver's pixels
         self.pixels = self.engine.pixels or "auto"  # where corruptions run (engine/pixels.py)
-        self.verify = "full"  # how the reader screens files up front (a worker skips what the driver checked)
-        self.given_dataset: Any = None  # a worker's copy of the driver's opened dataset
-        self.given_models = models
-        self.requested_run_id = run_id
-        self.new_run = new_run
+        self.store: Store | None = None  # the run's store, once it runs
         self.run_id: str | None = None
-        self.on_start: Callable[[RunStart], None] | None = None
+        self.skipped: list = []  # files the reader left out (on_error: skip)
+        self.curation: dict[str, Any] | None = None  # what curation kept (the spec's curate: section)
+        self.plans: dict[str, Any] = {}  # model label -> its task's label plan
+        self.tasks: dict[str, Any] = {}  # model label -> its task
 
     # -- setup --------------------------------------------------------------------------------
     def _dataset(self):
-        dataset, self.skipped = open_dataset(self.spec, self.verify)
+        dataset, self.skipped = open_dataset(self.spec, self.call.verify)
         return dataset
 
     def _models(self, dataset) -> dict[str, Any]:
         """Every model, checked against the dataset's label space before any work (its task's label plan,
         tasks/labels.py): the plan maps labels where that is exact, and a zero-shot model runs as a copy set to
         the dataset's classes, so an object the caller passed in is never changed."""
-        from ..tasks import task_of
-
         models = {}
-        self.plans = {}
-        self.tasks = {}
         defaults: dict[str, list[str]] = {}  # a spec without metrics: each model's task's
         for m in self.spec.models:
             params = dict(m.params)
@@ -217,7 +198,7 @@ class _Runner:
                 # the ray driver only checks the models (label spaces, weights for the run's identity): it
                 # loads them on its CPU, so a head node without a GPU can drive a GPU cluster
                 params["device"] = "cpu"
-            model = self.given_models.get(m.label) or MODELS.create(m.name, **params)
+            model = self.call.models.get(m.label) or MODELS.create(m.name, **params)
             task = self.tasks[m.label] = task_of(model, m.name, runner="evaluate")
             if not self.spec.metrics:
                 defaults[m.label] = list(task.metrics_for(model))
@@ -243,8 +224,6 @@ class _Runner:
         return metric
 
     def _metrics(self, models: dict[str, Any]) -> dict[str, list[str]]:
-        from ..metrics.base import check_task
-
         per_model: dict[str, list[str]] = {}
         for name, model in models.items():
             names = []
@@ -262,9 +241,6 @@ class _Runner:
         """Everything before the first model call: dataset (ids unique), models, metrics, shifts and
         conditioning, and the first batch checked against every condition (``kernel.check_first_batch``)."""
         spec = self.spec
-        check_seed(spec.seed)  # a Spec object edited after load_spec: refused before any setup (seeds.py)
-        from .retrieval import is_retrieval_spec, setup_retrieval
-
         if is_retrieval_spec(spec):
             if spec.class_subset is not None:  # retrieval ranks a gallery: there are no class outputs to restrict
                 raise SpecError(f"{spec.source + ': ' if spec.source else ''}class_subset: composed retrieval has no "
@@ -272,28 +248,28 @@ class _Runner:
             if spec.preprocess is not None:  # composed retrieval reads its queries itself, not through the loader
                 raise SpecError(f"{spec.source + ': ' if spec.source else ''}preprocess: not applied to composed "
                                 "retrieval (its queries and gallery are read outside the run's loader); remove it")
-            setup = setup_retrieval(spec, self.given_models)
+            setup = setup_retrieval(spec, self.call.models)
             if not spec.metrics:  # the retrieval task's defaults, as setup_retrieval chose them
                 self.spec = spec = with_default_metrics(spec, {m: setup.metric_names for m in setup.models})
             return Plan(spec, setup.dataset, setup.models, {m: list(spec.metrics) for m in setup.models}, [],
                         retrieval=setup)
-        dataset = self.given_dataset if self.given_dataset is not None else self._dataset()
+        given = self.call.dataset  # a worker's copy of the driver's dataset
+        dataset = given if given is not None else self._dataset()
         models = self._models(dataset)
         metrics = self._metrics(models)
         spec = self.spec  # with its metrics when it left them to the models' task
 
         def first_batch(data: Any) -> list[Sample]:  # every read of a run's samples goes through the kernel's loader
-            return Loader(data, spec.seed, spec.on_error, self.pixels, (), "evaluate",
-                          preprocess=spec.preprocess).batch(CLEAN, 0, spec.batch_size).samples
+            return spec_loader(spec, data, "evaluate", self.pixels).batch(CLEAN, 0, spec.batch_size).samples
 
         first = first_batch(dataset)
-        if self.given_dataset is None:  # what each metric reads of a sample, asked before any model work (curation's too)
+        if given is None:  # what each metric reads of a sample, asked before any model work (curation's too)
             self._check_metrics(models, metrics, first)
-        if spec.curate and self.given_dataset is None:  # a worker gets the driver's curated dataset
-            dataset, self.curation = curate_run(spec, dataset, self.plans, self.progress, self.pixels)
+        if spec.curate and given is None:  # a worker gets the driver's curated dataset
+            dataset, self.curation = curate_run(spec, dataset, self.plans, self.call.progress, self.pixels)
             first = first_batch(dataset)
         conditions = plan_conditions(spec)
-        checked = self.given_dataset is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
+        checked = given is None and spec.on_error == "fail"  # a worker runs the driver's checked plan
         if checked:  # a sample without what a shift needs (a mask, contexts, a caption) is said before any loading
             check_first_batch(spec, conditions, first, "check_sample")
         # load each shift's conditioning (u2netp, SAM, a captioner, a diffusion pipeline) now, so that
@@ -324,87 +300,39 @@ class _Runner:
                     raise SpecError(f"{where}: {' '.join(str(exc).split())} (model {label!r})") from None
 
     # -- the run ------------------------------------------------------------------------------
-    def run(self, plan: Plan | None = None) -> list[dict[str, Any]]:
-        plan = plan or self.prepare()
-        spec = self.spec
-        if plan.retrieval is not None:  # composed retrieval (issue 9) runs its own loop in engine/retrieval.py
-            from .retrieval import run_retrieval
-
-            return run_retrieval(spec, self.store, self.requested_run_id, self.progress, self.given_models,
-                                 setup=plan.retrieval, new_run=self.new_run, on_start=self._started,
-                                 on_batch=self.on_batch)
-        dataset, models, metrics, conditions = plan.dataset, plan.models, plan.metrics, plan.conditions
-        run_id = start_run(self.store, spec, plan.identity(), self.requested_run_id, self.new_run)
+    def run(self, plan: Plan, store: Store) -> list[dict[str, Any]]:
+        """Run the prepared ``plan`` into ``store`` on the kernel's loop (composed retrieval: its runner)."""
+        spec, call, self.store = self.spec, self.call, store
+        if plan.retrieval is not None:  # composed retrieval (issue 9): its own scoring part, engine/retrieval.py
+            return run_retrieval(spec, store, dataclasses.replace(call, on_start=self._started), setup=plan.retrieval)
+        run_id = start_run(store, spec, plan.identity(), call.run_id, call.new_run)
         self._started(run_id)
         self._record_skipped(run_id)
-        curation = getattr(self, "curation", None)
-        if curation is not None and not self.store.artifacts(run_id, CURATION_ARTIFACT):
-            self.store.put_artifact(run_id, CURATION_ARTIFACT, json.dumps(curation, sort_keys=True).encode("utf-8"))
-        n = len(dataset)
-        batch = spec.batch_size
-        n_batches = (n + batch - 1) // batch
-        cids = condition_ids(self.store, run_id, spec.dataset, models, conditions)
-        todo_total = sum(n for cid in cids.values() if not self.store.is_done(cid))
-        if self.engine.ray:
-            with _Progress(self.progress, todo_total) as bar:
-                self._run_distributed(plan, run_id, cids, n_batches, bar)
-            self.store.finish_run(run_id)
-            return self.store.rows(run_id)
-        batches_of = plan.loader()
-        with _Progress(self.progress, todo_total) as bar, ThreadPoolExecutor(1) as loader:
-            for ci, cond in enumerate(conditions):
-                restored = self._open_condition(ci, cond, plan, cids)
-                if not restored:
-                    continue
-                batches = batches_needed(n_batches, (held.saved for held in restored.values()))
-                future: Future | None = None
-                for k, b in enumerate(batches):
-                    if future is None:
-                        future = loader.submit(batches_of.batch, cond, b, batch)
-                    loaded = future.result()
-                    samples, skipped, pixels = loaded.samples, loaded.skipped, loaded.pixels
-                    future = (loader.submit(batches_of.batch, cond, batches[k + 1], batch)
-                              if k + 1 < len(batches) else None)
-                    for m, held in restored.items():
-                        if b in held.saved:
-                            continue
-                        scored = self._score(m, models[m], metrics[m], b, samples, skipped, pixels)
-                        if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
-                            save_thumbnails(self.store, run_id, thumbnails(cond, loaded.shifted(GRID_SAMPLES)))
-                        save_scored(self.store, cids[(m, ci)], scored, held)
-                        bar.advance(f"{m} {cond.shift_name} s{cond.severity}", len(samples))
-                        if self.on_batch:
-                            self.on_batch(m, b)
-                for m, held in restored.items():
-                    finish_held(self.store, cids[(m, ci)], held, metrics[m], n_batches)
-        self.store.finish_run(run_id)
-        return self.store.rows(run_id)
-
-    def _open_condition(self, ci: int, cond: Condition, plan: Plan, cids: dict) -> dict[str, Held]:
-        """The models that still need condition ``ci``, each with its restored mergers."""
-        return open_condition(self.store, cids, ci, plan.models,
-                              lambda m, cid: restore_held(self.store, cid, lambda name: self._metric(name, m),
-                                                          plan.metrics[m], self.spec.batch_size, len(plan.dataset),
-                                                          f"{m} {cond.shift_name} s{cond.severity}"))
+        if self.curation is not None and not store.artifacts(run_id, CURATION_ARTIFACT):
+            store.put_artifact(run_id, CURATION_ARTIFACT, json.dumps(self.curation, sort_keys=True).encode("utf-8"))
+        cids = condition_ids(store, run_id, spec.dataset, plan.models, plan.conditions)
+        todo_total = len(plan.dataset) * sum(not store.is_done(cid) for cid in cids.values())
+        with _Progress(call.progress, todo_total) as bar:
+            task = _Evaluation(self, plan, run_id, cids, bar)
+            if self.engine.ray:
+                self._run_distributed(plan, task)
+            else:
+                run_local(store, task, plan.conditions)
+        store.finish_run(run_id)
+        return store.rows(run_id)
 
     # -- the ray engine -------------------------------------------------------------------------
-    def _run_distributed(self, plan: Plan, run_id: str, cids: dict, n_batches: int, bar: "_Progress") -> None:
+    def _run_distributed(self, plan: Plan, task: "_Evaluation") -> None:
         """Units of (condition, shard) on Ray actors, each holding a replica of every model (set up once
         per actor from the spec); a unit shifts its shard once and scores it with every model that still
         needs it. Results come back here, the only writer of the store, saved batch by batch exactly as
         the local loop saves them, so a killed driver resumes from the same store either way."""
-        import dataclasses
-        import uuid
-
-        from .engines import WorkerSetup, make_engine
-
-        spec, metrics, conditions = self.spec, plan.metrics, plan.conditions
+        spec = self.spec
         per_unit = batches_per_unit(self.engine.shard_size, spec.batch_size)
         # a worker runs its units where it is (local), its pixels where the driver decided
         spec = dataclasses.replace(spec, engine=EngineSection(pixels=self.pixels))
-        setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.given_models), _user_modules(plan), os.getcwd(),
-                             dataset=plan.dataset, verify="full" if getattr(self, "skipped", None) else "none")
-        open_conditions: dict[int, dict[str, Held]] = {}
+        setup = WorkerSetup(uuid.uuid4().hex, spec, dict(self.call.models), _user_modules(plan), os.getcwd(),
+                             dataset=plan.dataset, verify="full" if self.skipped else "none")
         workers = self.engine.workers
         with make_engine("ray", workers=int(workers) if workers else 1, address=self.engine.address) as eng:
             try:
@@ -415,41 +343,23 @@ class _Runner:
                     handle = eng.share(setup)
                 except Exception as exc:  # noqa: BLE001 - a model object that cannot travel: said in one line
                     raise ShiftbenchError(_unsendable(setup, exc)) from None
-
-            def finish(ci: int, m: str, held: Held) -> None:
-                finish_held(self.store, cids[(m, ci)], held, metrics[m], n_batches)
-
-            units = (_Unit(handle, ci, chunk, needs) for ci, chunk, needs in shard_units(
-                conditions, lambda ci, cond: self._open_condition(ci, cond, plan, cids), lambda held: held.saved,
-                n_batches, per_unit, finish, open_conditions))
-            for unit, (scored, thumbs) in eng.imap(_run_unit, units, stage="model"):
-                cond = conditions[unit.ci]
-                restored = open_conditions[unit.ci]
-                save_thumbnails(self.store, run_id, thumbs)  # before the batches (see the local loop)
-                for item in scored:
-                    cid = cids[(item.model, unit.ci)]
-                    save_scored(self.store, cid, item, restored[item.model])
-                    bar.advance(f"{item.model} {cond.shift_name} s{cond.severity}", item.n + len(item.skipped))
-                    if self.on_batch:
-                        self.on_batch(item.model, item.batch)
-                finish_complete(open_conditions, unit.ci, n_batches, lambda held: len(held.saved), finish)
+            run_units(self.store, task, plan.conditions, eng, handle, _run_unit, per_unit)
 
     def _record_skipped(self, run_id: str) -> None:
         """Files the reader left out (on_error: skip) go into the store (artifact ``skipped.json``)."""
-        if getattr(self, "skipped", None):
-            import json
-
+        if self.skipped:
             data = json.dumps([{"file": name, "reason": reason} for name, reason in self.skipped], indent=1)
             self.store.put_artifact(run_id, SKIPPED_ARTIFACT, data.encode("utf-8"), {"count": len(self.skipped)})
 
     def _started(self, run_id: str) -> None:
         """The run is open in the store, nothing done yet: what a previous call left (``RunStart``)."""
         self.run_id = run_id
+        call = self.call
         existing, done = self.store.condition_counts(run_id)
-        same = self.new_run and self.requested_run_id is None and run_id == f"run-{spec_hash(self.spec.raw)[:12]}"
+        same = call.new_run and call.run_id is None and run_id == f"run-{spec_hash(self.spec.raw)[:12]}"
         start = RunStart(run_id, len(self.spec.conditions()), done, existing > 0 or same, same)
-        if self.on_start is not None:
-            self.on_start(start)
+        if call.on_start is not None:
+            call.on_start(start)
         elif same:
             log.warning(f"new_run=True: the inputs equal those of run {run_id}, which is resumed rather than computed "
                         "again (give run_id= for a separate run)")
@@ -475,31 +385,63 @@ class _Runner:
         return Scored(label, b, states, predictions, len(samples), list(skipped), parts)
 
 
+class _Evaluation(TaskRun):
+    """The evaluation's scoring part for the kernel's loop: a batch loaded and shifted once, predicted and
+    scored by every model that needs it, saved with its thumbnails (batch 0) and its progress."""
+
+    def __init__(self, runner: _Runner, plan: Plan, run_id: str, cids: dict[tuple[str, int], int], bar: _Progress):
+        self.runner, self.plan, self.store, self.run_id, self.bar = runner, plan, runner.store, run_id, bar
+        self.models, self.cids = list(plan.models), cids
+        self.batch_size = runner.spec.batch_size
+        self.n_batches = (len(plan.dataset) + self.batch_size - 1) // self.batch_size
+        self.loader = plan.loader()
+
+    def restore(self, ci: int, cond: Planned, model: str, cid: int) -> Held:
+        return restore_held(self.store, cid, lambda name: self.runner._metric(name, model), self.plan.metrics[model],
+                            self.batch_size, len(self.plan.dataset), f"{model} {cond.shift_name} s{cond.severity}")
+
+    def saved(self, held: Held) -> set:
+        return held.saved
+
+    def load(self, cond: Planned, b: int) -> Batch:
+        return self.loader.batch(cond, b, self.batch_size)
+
+    def score(self, cond: Planned, b: int, loaded: Batch, models: Sequence[str]) -> Iterator[Scored]:
+        for m in models:
+            scored = self.runner._score(m, self.plan.models[m], self.plan.metrics[m], b, loaded.samples,
+                                        loaded.skipped, loaded.pixels)
+            if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
+                save_thumbnails(self.store, self.run_id, thumbnails(cond, loaded.shifted(GRID_SAMPLES)))
+            yield scored
+
+    def save(self, ci: int, scored: Scored, held: Held) -> None:
+        cond = self.plan.conditions[ci]
+        save_scored(self.store, self.cids[(scored.model, ci)], scored, held)
+        # a unit from a worker counts the samples it left out too
+        done = scored.n + (len(scored.skipped) if scored.parts is None else 0)
+        self.bar.advance(f"{scored.model} {cond.shift_name} s{cond.severity}", done)
+        if self.runner.call.on_batch:
+            self.runner.call.on_batch(scored.model, scored.batch)
+
+    def finish(self, ci: int, model: str, held: Held) -> None:
+        finish_held(self.store, self.cids[(model, ci)], held, self.plan.metrics[model], self.n_batches)
+
+    def unit_done(self, unit: Unit, thumbs: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
+        save_thumbnails(self.store, self.run_id, thumbs)  # before the batches (see the local loop)
+
+
 # -- units of the ray engine ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Unit:
-    setup: Any  # an engine handle to the WorkerSetup
-    ci: int  # the condition's index in the plan
-    batches: tuple[int, ...]
-    needs: tuple[tuple[str, tuple[int, ...]], ...]  # (model label, the batches it still needs)
-
-
 def _worker_plan(handle: Any) -> tuple["_Runner", Plan]:
     """The run's setup on this worker: built on the first unit (dataset, model replicas and conditioning
     loaded), reused by every later unit of the run."""
-    from .engines import worker_state
-
     def build(setup: WorkerSetup) -> tuple["_Runner", Plan]:
-        runner = _Runner(setup.spec, None, None, False, setup.models, None)
-        runner.verify = setup.verify
-        runner.given_dataset = setup.dataset
-        plan = runner.prepare()
-        return runner, plan
+        runner = _Runner(setup.spec, RunCall(models=setup.models, verify=setup.verify, dataset=setup.dataset))
+        return runner, runner.prepare()
 
     return worker_state(handle, build)
 
 
-def _run_unit(unit: _Unit) -> tuple[list[Scored], list[tuple[str, bytes, dict[str, Any]]]]:
+def _run_unit(unit: Unit) -> tuple[list[Scored], list[tuple[str, bytes, dict[str, Any]]]]:
     """Shift a unit's batches once and score each with every model that needs it (runs on a worker)."""
     runner, plan = _worker_plan(unit.setup)
     cond = plan.conditions[unit.ci]
@@ -522,9 +464,6 @@ def _run_unit(unit: _Unit) -> tuple[list[Scored], list[tuple[str, bytes, dict[st
 
 def _user_modules(plan: Plan) -> tuple[str, ...]:
     """Modules outside shiftbench that define the run's dataset, shift or model classes."""
-    from .engines import user_modules
-    from .generate import base_of
-
     return user_modules([plan.dataset, base_of(plan.dataset), *(c.shift for c in plan.conditions),
                          *plan.models.values()])
 

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from ..datasets.generated import generated_origin
 from ..files import write_atomic
+from .provenance import package_version
 
 __all__ = ["file_sha256", "weights_sha256", "tree_fingerprint", "path_fingerprint", "model_fingerprint",
            "dataset_fingerprint", "run_identity"]
@@ -161,8 +162,6 @@ def dataset_fingerprint(name: str, params: dict[str, Any], dataset: Any) -> dict
 
 def run_identity(spec: Any, dataset: Any, models: dict[str, Any]) -> dict[str, Any]:
     """Everything besides the spec text that decides a run's numbers."""
-    from .provenance import package_version
-
     ids = None
     if getattr(spec, "ids", None):
         ids_path = Path(spec.ids)

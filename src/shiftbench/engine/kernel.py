@@ -4,14 +4,16 @@ The evaluation runner (engine/evaluate.py), the composed-retrieval runner (engin
 (engine/curate.py, engine/quality.py; engine/analysis.py through ``Plan.loader``) and ``generate`` use it;
 it imports none of them.
 
-- :class:`Condition` and :class:`Plan`: one planned condition, and a run set up and checked;
+- the run's conditions (shiftbench.condition), each paired with its shift object (:class:`Planned`), and
+  :class:`Plan`: a run set up and checked;
   :func:`plan_conditions` lists a spec's conditions in run order.
 - The keys of a saved batch's state (:data:`STATE_FORMAT_KEY` and the rest): what a resumed run reads.
-- The run in the store: :func:`start_run`, :func:`condition_ids`, and restore: :func:`open_condition`
-  (the models that still need a condition, their saved batches restored), :func:`current_batches` (saved
-  batches, or none when an older shiftbench wrote them) and :func:`batches_needed`.
-- The ray engine's units of (condition, shard): :func:`batches_per_unit`, :func:`shard_units` and
-  :func:`finish_complete`, which finishes a condition once every batch of it is back.
+- The run in the store: :func:`start_run`, :func:`condition_ids`, :func:`current_batches` (saved batches,
+  or none when an older shiftbench wrote them).
+- The runner loop, local (:func:`run_local`) and on Ray (:func:`run_units`, in :class:`Unit` s of
+  :func:`batches_per_unit` batches), driving a task's scoring part (:class:`TaskRun`) with a call's options
+  (:class:`RunCall`): restore, load, score, save, finish. Under both the engine's (:func:`drive`), which
+  ``generate`` runs its jobs through too: units mapped on the workers, results saved by the driver alone.
 - The loader: :class:`Loader` gives every step of a run (evaluation, quality, analysis, curation) its
   batches of a condition, shifted with the run's seed, with ``on_error: skip`` and ``pixels: device``
   applied the same way for all of them (:class:`Batch`); :func:`shift_narrowed` redoes a failed batch
@@ -25,25 +27,33 @@ it imports none of them.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Container, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Container, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ShiftbenchError
+from ..condition import Condition, params_key
+from ..errors import ImageError, ShiftbenchError
 from ..metrics.base import OrderedMerge
+from ..registry import metric_info
 from ..results.artifacts import thumb_key
 from ..results.codec import decode_state
-from ..results.store import ConditionKey, Store, params_key
+from ..results.store import Store
 from ..sample import Sample
+from ..severity import Severity
 from .spec import Spec
 from . import DEFAULT_SHARD
+from .identity import run_identity
 from .pixels import DeviceBatch, tensor_path
+from .provenance import git_hash, versions
 
-__all__ = ["Condition", "Plan", "plan_conditions", "STATE_FORMAT_KEY", "STATE_FORMAT", "COUNT_KEY", "SKIPPED_KEY",
-           "IDS_KEY", "start_run", "condition_ids", "open_condition", "current_batches", "batches_needed",
-           "batches_per_unit", "shard_units", "finish_complete", "sample_records", "CLEAN", "Batch", "Loader", "check_first_batch",
+__all__ = ["Planned", "Plan", "plan_conditions", "spec_loader", "RunCall", "TaskRun", "run_local", "Unit", "run_units", "drive",
+           "STATE_FORMAT_KEY", "STATE_FORMAT", "COUNT_KEY", "SKIPPED_KEY", "IDS_KEY", "start_run", "condition_ids",
+           "current_batches", "batches_per_unit", "sample_records", "CLEAN", "Batch", "Loader", "check_first_batch",
            "shift_narrowed", "error_reason", "Held", "Scored", "batch_states", "restore_held", "save_scored",
            "finish_held", "thumbnails", "save_thumbnails", "GRID_SAMPLES", "THUMB", "SKIPPED_LISTED"]
 
@@ -62,33 +72,42 @@ SKIPPED_LISTED = 20  # skipped samples named in a row's info (all are counted)
 
 log = logging.getLogger("shiftbench")
 
-Pending = TypeVar("Pending")  # what a runner holds of a (model, condition) being computed
+@dataclass(frozen=True)
+class Planned:
+    """One condition of a run (the same for every model) paired with the shift object that runs it (None
+    for clean) and the entry of the spec's shifts list it comes from (for messages)."""
 
-
-@dataclass
-class Condition:
-    """One planned condition of a run: a shift (``clean`` included) with its params and severity."""
-
-    shift_name: str
-    params: dict[str, Any]
-    severity: int | float  # canonical (shiftbench.severity): 3, 2.5
+    condition: Condition
     shift: Any
-    index: int | None = None  # the entry of the spec's shifts list it comes from (for messages)
+    index: int | None = None
+
+    @property
+    def shift_name(self) -> str:
+        return self.condition.shift
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.condition.params
+
+    @property
+    def severity(self) -> Severity:
+        return self.condition.severity
 
 
-@dataclass
+@dataclass(frozen=True)
 class Plan:
     """A run set up and checked, nothing run: the dataset opened, every model loaded, the metrics
     checked against each model's task, every shift created with its conditioning (mask providers,
     captioners, pipelines) loaded, and every condition's params drawn on the first batch (what a shift asks
     of a sample: a mask, contexts, a caption, a size). ``prepare`` builds it for the real run and for
-    ``--dry-run`` alike, so a dry run that passes means the first batch of every condition can run."""
+    ``--dry-run`` alike, so a dry run that passes means the first batch of every condition can run. Built once,
+    never changed."""
 
     spec: Spec
     dataset: Any
     models: dict[str, Any]
     metrics: dict[str, list[str]]
-    conditions: list[Condition]
+    conditions: list[Planned]
     retrieval: Any = None  # the composed-retrieval setup (engine/retrieval.py) for a spec of retrievers
 
     @property
@@ -98,30 +117,34 @@ class Plan:
     def loader(self, step: str = "evaluate") -> "Loader":
         """The run's batch loader (the spec's seed, ``on_error`` and pixel mode; ``step`` names the step
         in a failure's message)."""
-        return Loader(self.dataset, self.spec.seed, self.spec.on_error, self.spec.engine.pixels or "auto",
-                      list(self.models.values()), step, preprocess=self.spec.preprocess)
+        return spec_loader(self.spec, self.dataset, step, self.spec.engine.pixels or "auto", self.models.values())
 
     def identity(self) -> dict[str, Any]:
         """What besides the spec decides the numbers (engine/identity.py): version, weights, data, ids."""
-        from .identity import run_identity
-
         return run_identity(self.spec, self.dataset, self.models)
 
 
-CLEAN = Condition("clean", {}, 0, None)  # the unshifted data, as the loader gives it (curation reads it)
+def spec_loader(spec: Spec, dataset: Any, step: str, pixels: str = "auto", models: Iterable[Any] = ()) -> "Loader":
+    """The loader of a spec's run over ``dataset`` (its seed, ``on_error`` and preprocessing; ``pixels`` and
+    ``models``: where corruptions run); ``step`` names the step in a failure's message."""
+    return Loader(dataset, spec.seed, on_error=spec.on_error, pixels=pixels, models=list(models), step=step,
+                  preprocess=spec.preprocess)
 
 
-def plan_conditions(spec: Spec) -> list[Condition]:
+CLEAN = Planned(Condition("", "", "clean", {}, 0), None)  # the unshifted data, as the loader gives it (curation reads it)
+
+
+def plan_conditions(spec: Spec) -> list[Planned]:
     """Every condition of the spec in run order: each shifts entry (``clean`` included), each severity."""
     out = []
     for s in spec.shifts:
         shift = s.instance()  # the shift validation created (check_names), else created once here
         for severity in s.severities:
-            out.append(Condition(s.name, dict(s.params), severity, shift, s.index))
+            out.append(Planned(Condition("", spec.dataset, s.name, dict(s.params), severity), shift, s.index))
     return out
 
 
-def check_first_batch(spec: Spec, conditions: Sequence[Condition], first: Sequence[Sample], step: str) -> None:
+def check_first_batch(spec: Spec, conditions: Sequence[Planned], first: Sequence[Sample], step: str) -> None:
     """What the run's first batch of every condition asks of its samples, asked now (the dry run's promise:
     it passes only if every first batch can run). ``check_sample``: each shift's requirements (a mask,
     the object's contexts, a caption); ``draw``: every sample's params as the run draws them, which
@@ -133,7 +156,7 @@ def check_first_batch(spec: Spec, conditions: Sequence[Condition], first: Sequen
         for cond in shifted:
             try:
                 if step == "draw":
-                    cond.shift.draw(sample, cond.severity, spec.seed)
+                    cond.shift.draw_parsed(sample, cond.severity, spec.seed)
                 else:
                     cond.shift.check_sample(sample)
             except ShiftbenchError as exc:
@@ -142,9 +165,7 @@ def check_first_batch(spec: Spec, conditions: Sequence[Condition], first: Sequen
                 raise ShiftbenchError(_cannot_run(spec, cond, sample, error_reason(exc))) from None
 
 
-def _cannot_run(spec: Spec, cond: Condition, sample: Sample, reason: str) -> str:
-    import json
-
+def _cannot_run(spec: Spec, cond: Planned, sample: Sample, reason: str) -> str:
     entry = f"shifts[{cond.index}]" if cond.index is not None else "shifts"
     where = f"{spec.source}: {entry}" if spec.source else entry
     params = f" {json.dumps(cond.params, sort_keys=True)}" if cond.params else ""
@@ -155,24 +176,15 @@ def _cannot_run(spec: Spec, cond: Condition, sample: Sample, reason: str) -> str
 # -- the run in the store -------------------------------------------------------------------------
 def start_run(store: Store, spec: Spec, identity: dict[str, Any], run_id: str | None, new_run: bool) -> str:
     """Open (or resume) the spec's run in the store, with the versions and git hash it runs under."""
-    from .provenance import git_hash, versions
-
     return store.start_run(spec.raw, spec.seed, run_id=run_id, versions=versions(), git_hash=git_hash(),
                            name=spec.name, identity=identity, new_run=new_run)
 
 
 def condition_ids(store: Store, run_id: str, dataset: str, models: Iterable[str],
-                  conditions: Sequence[Condition]) -> dict[tuple[str, int], int]:
+                  conditions: Sequence[Planned]) -> dict[tuple[str, int], int]:
     """The store's id of every (model label, condition index), model by model."""
-    return {(m, i): store.condition(run_id, ConditionKey(m, dataset, c.shift_name, c.params, c.severity))
+    return {(m, i): store.condition(run_id, dataclasses.replace(c.condition, model=m, dataset=dataset))
             for m in models for i, c in enumerate(conditions)}
-
-
-def open_condition(store: Store, cids: dict[tuple[str, int], int], ci: int, models: Iterable[str],
-                   restore: Callable[[str, int], Pending]) -> dict[str, Pending]:
-    """The models that still need condition ``ci`` (in model order), each with ``restore(model, cid)``:
-    what the runner holds of its batches saved before a kill."""
-    return {m: restore(m, cids[(m, ci)]) for m in models if not store.is_done(cids[(m, ci)])}
 
 
 def current_batches(store: Store, cid: int,
@@ -187,54 +199,136 @@ def current_batches(store: Store, cid: int,
     return saved, None
 
 
-def batches_needed(n_batches: int, saved: Iterable[Container[int]]) -> list[int]:
-    """The batches that any of the models still needs (``saved``: each model's saved batches)."""
-    saved = list(saved)
-    return [b for b in range(n_batches) if any(b not in s for s in saved)]
-
-
-# -- units of the ray engine ----------------------------------------------------------------------
+# -- the runner loop: every runner's, local and on Ray ----------------------------------------------
 def batches_per_unit(shard_size: Any, batch_size: int) -> int:
-    """Whole batches per (condition, shard) unit: ``shard_size`` samples (default :data:`DEFAULT_SHARD`)
-    rounded down, at least one."""
+    """Whole batches per (condition, shard) unit of the ray engine: ``shard_size`` samples (default
+    :data:`DEFAULT_SHARD`) rounded down, at least one."""
     return max(1, int(shard_size or DEFAULT_SHARD) // batch_size)
 
 
-def shard_units(conditions: Sequence[Condition], open_: Callable[[int, Condition], dict[str, Pending]],
-                saved_of: Callable[[Pending], Container[int]], n_batches: int, per_unit: int,
-                finish: Callable[[int, str, Pending], None],
-                held: dict[int, dict[str, Pending]]) -> Iterator[tuple[int, tuple[int, ...], tuple]]:
-    """The units of a run, lazily: (condition index, its batches, ((model, the batches it still needs), ...)).
+@dataclass(frozen=True)
+class RunCall:
+    """What a call asks of a run beside its spec: the run id to use, progress, model objects by label, a
+    callback after each saved batch and when the run is open (``on_start``), ``new_run``; on a Ray worker,
+    how the reader screens files (``verify``: what the driver checked is skipped) and the driver's dataset."""
 
-    ``open_(ci, condition)`` gives the models that still need a condition (:func:`open_condition`); a
-    condition whose batches were all saved before a kill is finished at once (``finish(ci, model, what is
-    held)``: only the merge is left); any other is kept in ``held`` until its units are back (see
-    :func:`finish_complete`)."""
-    for ci, cond in enumerate(conditions):
-        pending = open_(ci, cond)
-        if not pending:
-            continue
-        needed = batches_needed(n_batches, (saved_of(h) for h in pending.values()))
-        if not needed:  # every batch was saved before a kill: only the merge is left
-            for m, h in pending.items():
-                finish(ci, m, h)
-            continue
-        held[ci] = pending
-        for start in range(0, len(needed), per_unit):
-            chunk = tuple(needed[start:start + per_unit])
-            yield ci, chunk, tuple((m, tuple(b for b in chunk if b not in saved_of(h))) for m, h in pending.items())
+    run_id: str | None = None
+    progress: bool = False
+    models: dict[str, Any] = field(default_factory=dict)
+    on_batch: Callable[[str, int], None] | None = None
+    new_run: bool = False
+    on_start: Callable[[Any], None] | None = None
+    verify: str = "full"
+    dataset: Any = None
 
 
-def finish_complete(held: dict[int, dict[str, Pending]], ci: int, n_batches: int, saved_count: Callable[[Pending], int],
-                    finish: Callable[[int, str, Pending], None]) -> None:
-    """Finish every model of condition ``ci`` whose ``n_batches`` batches are all saved (in model order);
-    the condition is forgotten once none is left."""
-    pending = held[ci]
-    for m in list(pending):
-        if saved_count(pending[m]) == n_batches:
-            finish(ci, m, pending.pop(m))
-    if not pending:
-        del held[ci]
+class TaskRun:
+    """One task's scoring part, which the kernel's loop (:func:`run_local`, :func:`run_units`) drives: the loop
+    opens each condition for the models that still need it (``restore``: what is held of a (model, condition),
+    its batches saved before a kill), asks for the batches any of them lacks (``load`` prepares the next on a
+    thread while ``score`` runs this one), ``save``s each (model, batch) as it comes and ``finish``es a (model,
+    condition) once all of its ``saved`` batches are in."""
+
+    models: Sequence[str]
+    cids: dict[tuple[str, int], int]  # (model, condition index) -> the store's condition id
+    n_batches: int
+
+    def restore(self, ci: int, cond: Planned, model: str, cid: int) -> Any: ...
+    def saved(self, held: Any) -> Container[int]: ...
+    def score(self, cond: Planned, b: int, loaded: Any, models: Sequence[str]) -> Iterable[Scored]: ...
+    def save(self, ci: int, scored: Scored, held: Any) -> None: ...
+    def finish(self, ci: int, model: str, held: Any) -> None: ...
+
+    def load(self, cond: Planned, b: int) -> Any:
+        return None
+
+    def condition_done(self, ci: int, cond: Planned, models: Sequence[str]) -> None:
+        """After every model of condition ``ci`` is finished (local loop)."""
+
+    def unit_done(self, unit: "Unit", thumbs: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
+        """A unit is back from a worker, before its batches are saved (ray loop)."""
+
+
+def _open(store: Store, task: TaskRun, ci: int, cond: Planned) -> tuple[dict[str, Any], list[int]]:
+    """The models that still need condition ``ci`` (model order), each with what is held of it, and the batches
+    any of them still needs."""
+    held = {m: task.restore(ci, cond, m, task.cids[(m, ci)]) for m in task.models
+            if not store.is_done(task.cids[(m, ci)])}
+    return held, [b for b in range(task.n_batches) if any(b not in task.saved(h) for h in held.values())]
+
+
+def run_local(store: Store, task: TaskRun, conditions: Sequence[Planned]) -> None:
+    """The local loop: condition by condition, each batch loaded once (the next one on a thread while the
+    models run this one) and scored for every model that still needs it."""
+    with ThreadPoolExecutor(1) as pool:
+        for ci, cond in enumerate(conditions):
+            held, batches = _open(store, task, ci, cond)
+            if not held:
+                continue
+            future: Future | None = None
+            for k, b in enumerate(batches):
+                loaded = (future or pool.submit(task.load, cond, b)).result()
+                future = pool.submit(task.load, cond, batches[k + 1]) if k + 1 < len(batches) else None
+                for scored in task.score(cond, b, loaded, [m for m, h in held.items() if b not in task.saved(h)]):
+                    task.save(ci, scored, held[scored.model])
+            for m, h in held.items():
+                task.finish(ci, m, h)
+            task.condition_done(ci, cond, list(held))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit of the ray engine: a shard of a condition's batches, with the models that need each."""
+
+    setup: Any  # an engine handle to the run's WorkerSetup
+    ci: int  # the condition's index in the plan
+    batches: tuple[int, ...]
+    needs: tuple[tuple[str, tuple[int, ...]], ...]  # (model label, the batches it still needs)
+
+
+def run_units(store: Store, task: TaskRun, conditions: Sequence[Planned], engine: Any, handle: Any,
+              run_unit: Callable[[Unit], tuple[list[Scored], list]], per_unit: int) -> None:
+    """The ray loop: units of (condition, ``per_unit`` batches) run by ``run_unit`` on ``engine``'s actors, made
+    lazily; what comes back is saved here, the only writer of the store, as the local loop saves it. A condition
+    whose batches were all saved before a kill is finished at once (only the merge is left); a (model,
+    condition) is finished once all of its batches are back."""
+    open_: dict[int, dict[str, Any]] = {}
+
+    def units() -> Iterator[Unit]:
+        for ci, cond in enumerate(conditions):
+            held, needed = _open(store, task, ci, cond)
+            if held and not needed:
+                for m, h in held.items():
+                    task.finish(ci, m, h)
+            elif held:
+                open_[ci] = held
+                for start in range(0, len(needed), per_unit):
+                    chunk = tuple(needed[start:start + per_unit])
+                    yield Unit(handle, ci, chunk, tuple((m, tuple(b for b in chunk if b not in task.saved(h)))
+                                                        for m, h in held.items()))
+
+    def landed(unit: Unit, result: tuple[list[Scored], list]) -> None:
+        items, thumbs = result
+        task.unit_done(unit, thumbs)
+        held = open_[unit.ci]
+        for scored in items:
+            task.save(unit.ci, scored, held[scored.model])
+        for m in [m for m, h in held.items() if len(task.saved(h)) == task.n_batches]:  # model order
+            task.finish(unit.ci, m, held.pop(m))
+        if not held:
+            del open_[unit.ci]
+
+    drive(engine, [("model", units())], run_unit, landed)
+
+
+def drive(engine: Any, stages: Iterable[tuple[str, Iterable[Any]]], run: Callable[[Any], Any],
+          landed: Callable[[Any, Any], None]) -> None:
+    """The engine loop every runner shares (:func:`run_units`, ``generate``): each stage's units, in order, run
+    by ``run`` on ``engine``'s workers (``"cpu"``: tasks; ``"model"``: actors that keep their models), and each
+    result handed to ``landed`` here, on the driver, the only writer of the store or the out folder."""
+    for stage, units in stages:
+        for unit, result in engine.imap(run, units, stage=stage):
+            landed(unit, result)
 
 
 # -- the loader ---------------------------------------------------------------------------------
@@ -311,7 +405,7 @@ class Loader:
     sample right after it is read, before any shift (datasets/preprocess.py); a sample it refuses (a crop
     larger than the image) is an unreadable one: it stops the run, or with ``"skip"`` is left out."""
 
-    def __init__(self, dataset: Any, seed: int, on_error: str = "fail", pixels: str = "auto",
+    def __init__(self, dataset: Any, seed: int, *, on_error: str = "fail", pixels: str = "auto",
                  models: Sequence[Any] = (), step: str = "evaluate", log_skips: bool = True,
                  preprocess: Any = None):
         self.dataset, self.seed, self.on_error, self.pixels = dataset, seed, on_error, pixels
@@ -322,25 +416,23 @@ class Loader:
         n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
         return (n + batch_size - 1) // batch_size
 
-    def batch(self, cond: Condition, b: int, batch_size: int, limit: int | None = None) -> Batch:
+    def batch(self, cond: Planned, b: int, batch_size: int, limit: int | None = None) -> Batch:
         """Batch ``b`` (of ``batch_size`` samples; of the first ``limit`` samples when given) for ``cond``."""
         n = len(self.dataset) if limit is None else min(int(limit), len(self.dataset))
         return self.load(cond, range(b * batch_size, min((b + 1) * batch_size, n)))
 
-    def batches(self, cond: Condition, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
+    def batches(self, cond: Planned, batch_size: int, limit: int | None = None) -> Iterator[Batch]:
         """Every batch of ``cond`` in data order."""
         for b in range(self.n_batches(batch_size, limit)):
             yield self.batch(cond, b, batch_size, limit)
 
-    def load(self, cond: Condition, indices: Iterable[int]) -> Batch:
+    def load(self, cond: Planned, indices: Iterable[int]) -> Batch:
         """The samples at ``indices`` shifted for ``cond``."""
         return self.shift(cond, self.read(indices))
 
     def read(self, indices: Iterable[int]) -> Batch:
         """The samples at ``indices`` as they are (clean; preprocessed when the run preprocesses); with
         ``on_error: skip`` a file that does not decode is left out, else its one-line error stops the run."""
-        from ..errors import ImageError
-
         out = Batch([], [])
         for i in indices:
             try:
@@ -357,7 +449,7 @@ class Loader:
             out.indices.append(i)
         return out
 
-    def shift(self, cond: Condition, read: Batch) -> Batch:
+    def shift(self, cond: Planned, read: Batch) -> Batch:
         """``read`` (a batch from :meth:`read`) shifted for ``cond``."""
         if cond.shift_name == "clean":  # nothing drawn, nothing changed
             return Batch(read.samples, read.skipped, None, read.indices, [{} for _ in read.samples],
@@ -367,7 +459,7 @@ class Loader:
         on_device = tensor_path(self.pixels, shift, self.models)
 
         def run(xs: list[Sample]) -> tuple[list, list]:
-            params = [shift.draw(s, severity, seed) for s in xs]
+            params = [shift.draw_parsed(s, severity, seed) for s in xs]
             if on_device:  # drawing checks every image (size, type); the pixels are made on the device
                 return list(xs), params
             return list(shift.apply_batch(xs, params)), params
@@ -481,7 +573,7 @@ def finish_held(store: Store, cid: int, held: Held, metric_names: Sequence[str],
             values = {name: values}
         extra = _jsonable(metric.state()) if hasattr(metric, "state") else {}
         for i, (key, value) in enumerate(values.items()):
-            info = {"higher_is_better": bool(getattr(metric, "higher_is_better", True)), "metric": name}
+            info = {"higher_is_better": metric_info(metric).higher_is_better, "metric": name}
             if i == 0 and extra:
                 info.update(extra)
             if skipped:  # samples the shift failed on (on_error: skip): left out of n, named here
@@ -528,7 +620,7 @@ def sample_records(metric: Any, ids: Sequence[str], where: str = "") -> dict[str
     return out
 
 
-def thumbnails(cond: Condition, samples: Sequence[Sample]) -> list[tuple[str, bytes, dict[str, Any]]]:
+def thumbnails(cond: Planned, samples: Sequence[Sample]) -> list[tuple[str, bytes, dict[str, Any]]]:
     """The report's grid thumbnails of a condition: (artifact key, PNG bytes, meta); the meta carries the
     condition itself, which is what the report reads."""
     import cv2

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..sample import Sample
+from ..shifts.corruptions._torch import TORCH_CORRUPTIONS
 from .spec import PIXELS as PIXEL_MODES
 
 __all__ = ["DeviceBatch", "tensor_path", "PIXEL_MODES"]
@@ -29,8 +30,6 @@ def tensor_path(mode: str, shift: Any, models: Sequence[Any]) -> bool:
     """Whether a condition of ``shift`` scored by ``models`` runs its pixels on the models' device."""
     if mode == "cpu" or shift is None or not callable(getattr(shift, "apply_tensor", None)) or not models:
         return False
-    from ..shifts.corruptions._torch import TORCH_CORRUPTIONS
-
     if shift.name not in TORCH_CORRUPTIONS or not all(takes_tensors(m) for m in models):
         return False
     if mode == "device":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..console import LineProgress, is_terminal
+
 __all__ = ["RunProgress"]
 
 
@@ -17,8 +19,6 @@ class RunProgress:
 
     def __enter__(self) -> "RunProgress":
         import sys
-
-        from ..console import LineProgress, is_terminal
 
         self.lines = None
         if self.enabled and not is_terminal(sys.stderr):

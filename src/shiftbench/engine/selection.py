@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..console import plural
+from ..datasets import Subset, load, reader_kwargs
+from ..datasets.base import Dataset
 from ..errors import ShiftbenchError
 from .spec import Spec
 
@@ -21,8 +23,6 @@ def open_dataset(spec: Spec, verify: str = "full") -> tuple[Any, list[tuple[str,
     recorded in the store. Two samples with one id would share a random stream and their per-sample
     records: refused before any work, over the whole dataset where ids are cheap (or an id list needs
     them all anyway), else over the samples the run reads."""
-    from ..datasets import Subset, load, reader_kwargs
-
     kwargs = reader_kwargs(spec.dataset, spec.dataset_params, spec.on_error, verify=verify)
     dataset = load(spec.dataset, **kwargs)
     skipped = list(getattr(dataset, "skipped", []))
@@ -41,9 +41,6 @@ def open_dataset(spec: Spec, verify: str = "full") -> tuple[Any, list[tuple[str,
 
 def ids_are_cheap(dataset: Any) -> bool:
     """Whether the dataset (below any Subset) names its samples without decoding them."""
-    from ..datasets import Subset
-    from ..datasets.base import Dataset
-
     while isinstance(dataset, Subset):
         dataset = dataset.base
     return getattr(type(dataset), "sample_id", None) is not Dataset.sample_id
@@ -85,8 +82,6 @@ def read_id_list(path: Path) -> list[str]:
 
 
 def select_ids(dataset, path: Path, index: dict[str, int] | None = None):
-    from ..datasets import Subset
-
     wanted = read_id_list(path)
     if index is None:
         index = unique_ids(dataset, "dataset")

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ShiftbenchError
+from ..files import write_atomic as replace_atomically
+from ..install import install_command
 
 LAYOUTS = ("folder", "webdataset", "parquet")
 ROW_GROUP = 100
@@ -83,8 +85,6 @@ def class_identifiers(dataset: Any) -> list[str] | None:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """``data`` to ``path`` through a temporary name of shiftbench's own (files.py) and a rename."""
-    from ..files import write_atomic as replace_atomically
-
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_atomically(path, data)
 
@@ -144,8 +144,6 @@ def parquet_bytes(records: Sequence[dict[str, Any]], classes: Sequence[str] | No
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        from ..install import install_command
-
         raise ShiftbenchError(f"generate --format parquet needs pyarrow: {install_command('stream')}") from None
     features: dict[str, Any] = {"image": {"_type": "Image"}, "label": {"_type": "Value", "dtype": "int64"},
                                 "class_name": {"_type": "Value", "dtype": "string"},

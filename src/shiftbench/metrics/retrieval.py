@@ -1,4 +1,6 @@
-"""Composed-retrieval metrics: target ranks, Recall@K, Recall_subset@K, mean / median rank, gamma.
+"""Composed-retrieval metrics: target ranks, Recall@K, Recall_subset@K, mean / median rank, gamma, and a
+condition's rows from its ranks (:func:`condition_results`, :func:`gamma_results`; the runner is
+engine/retrieval.py, the ranking tasks/retrieval.py).
 
 Ranks are 1-based. Ties are broken by gallery order (a stable sort on descending score), so the rank of
 a target equals its position in ``np.argsort(-scores, kind="stable")`` with the excluded items removed:
@@ -19,11 +21,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..registry import METRICS, metric_info
 from .base import Metric
 from .robustness import relative_robustness
 
 __all__ = ["RECALL_KS", "SUBSET_KS", "target_ranks", "recall_at_k", "rank_summary", "gamma",
-           "Recall", "RecallSubset", "RankStats"]
+           "Recall", "RecallSubset", "RankStats", "condition_results", "gamma_results"]
 
 RECALL_KS = (1, 5, 10, 50)  # CIRR's defaults
 SUBSET_KS = (1, 2, 3)
@@ -180,3 +183,39 @@ class RankStats(_RankMetric):
         if not self._records_complete():
             return {}
         return {"mean_rank": ("mean", self._per_query(np.asarray(self.ranks, np.float64)))}
+
+
+# -- a condition's rows ----------------------------------------------------------------------------------
+def condition_results(metric_names: list[str], ranks: np.ndarray, sub_ranks: list, categories: list, n: int) -> dict:
+    """A condition's rows, ``{key: (value, n, extra)}``: each named metric over the targets' ranks (and their
+    ranks inside the queries' subsets), and with ``recall`` its R@K per query category."""
+    results: dict[str, tuple] = {}
+    for name in metric_names:
+        metric = METRICS.create(name)
+        metric.update({"ranks": ranks, "subset_ranks": sub_ranks})
+        info = {"higher_is_better": metric_info(name).higher_is_better, "metric": name}
+        for key, value in metric.compute().items():
+            results[key] = (None if not np.isfinite(value) else float(value), metric.n, info)
+    if "recall" in metric_names:
+        for category in sorted({c for c in categories if c}):
+            sel = np.array([c == category for c in categories])
+            for key, value in recall_at_k(ranks[sel], RECALL_KS).items():
+                results[f"{key}[{category}]"] = (value, int(sel.sum()), {"higher_is_better": True, "metric": "recall",
+                                                                         "category": category})
+    return results
+
+
+def gamma_results(results: dict, clean: dict | None) -> dict:
+    """gamma@K (and gamma_subset@K) against the clean values of the same retriever."""
+    out = {}
+    if not clean:
+        return out
+    for key, (value, n, _) in list(results.items()):
+        if "[" in key or not key.startswith(("R@", "R_subset@")):
+            continue
+        c = clean.get(key)
+        if value is None or c is None or c == 0:
+            continue
+        name = key.replace("R@", "gamma@").replace("R_subset@", "gamma_subset@")
+        out[name] = (gamma(c, value), n, {"higher_is_better": True, "metric": "gamma", "clean": c, "shifted": value})
+    return out

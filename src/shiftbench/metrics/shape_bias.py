@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..labelspace import LabelSpace
 from .base import Metric
+from .uncertainty import SampleStatistic, check_bootstrap_args, percentile_interval, resample_counts
 
 __all__ = ["CUES", "CueTarget", "ShapeBias", "set_decisions", "cue_target", "shape_bias_interval"]
 
@@ -122,8 +123,6 @@ def shape_bias_interval(shape_hits: Any, texture_hits: Any, seed: int = 0, n_boo
     >>> shape_bias_interval([1, 1, 1, 0], [0, 0, 0, 0])
     (1.0, 1.0, 1.0)
     """
-    from .uncertainty import SampleStatistic, check_bootstrap_args, percentile_interval, resample_counts
-
     check_bootstrap_args(level, n_boot)
     s = np.asarray(shape_hits, dtype=np.float64).reshape(-1)
     t = np.asarray(texture_hits, dtype=np.float64).reshape(-1)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..registry import MODELS
 from .base import Metric, exact_add, exact_value
 
 __all__ = ["cosine_similarity", "TextSimilarity"]
@@ -55,8 +56,6 @@ class TextSimilarity(Metric):
         if self._encoder is None:
             spec = self.encoder_spec
             if isinstance(spec, str):  # a registered model: "minilm" (default), "hf:...", ...
-                from ..registry import MODELS
-
                 model = MODELS.create(spec)
                 if not hasattr(model, "encode_texts"):
                     raise ShiftbenchError(f"text_similarity encoder {spec!r} has no text encoder (encode_texts)")

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from .classification import bin_index
 
 __all__ = ["bootstrap_ci", "bootstrap_mean", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
            "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
@@ -298,8 +299,6 @@ class SampleStatistic:
     __slots__ = ("name", "columns", "classes")
 
     def __init__(self, kind: str, values: Any):
-        from .classification import bin_index  # light: numpy only
-
         self.name, bins = _parse_kind(kind)
         v = _kind_values(kind, values)
         if self.name == "mean":

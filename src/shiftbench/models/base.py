@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
-from ..labelspace import LabelSpace, map_spaces
+from ..labelspace import LabelSpace, builtin_spaces, map_spaces  # torch-free, re-exported here
 from ..resize import (
     INTERPOLATIONS, SizeError, check_pixels, check_shorter, check_size, crop_corner, crop_then_resize,
     crop_then_resize_tensor, pil_weights, resize, resize_tensor, resized_size, tf_crop_box, vertical_first,
@@ -72,8 +72,6 @@ __all__ = [
 ]
 
 
-
-# -- label spaces: defined in shiftbench.labelspace (torch-free), re-exported here ------------------------
 # -- preprocessing ----------------------------------------------------------------------------------
 RECIPES = ("torchvision", "tf")
 
@@ -355,8 +353,6 @@ def check_label_space(model: Any, dataset_space: Any, dataset_name: str = "datas
     Class-agnostic segmenters and captioners accept any dataset. The runner's fuller check, which also
     configures zero-shot classifiers and applies ``label_map``, is ``shiftbench.tasks.labels.plan_labels``.
     """
-    from ..labelspace import builtin_spaces
-
     space = getattr(model, "label_space", None)
     name = getattr(model, "name", type(model).__name__)
     if space is None or getattr(model, "class_agnostic", False):

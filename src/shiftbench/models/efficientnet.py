@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ShiftbenchError
 from ..install import install_command
-from .base import LabelSpace, Preprocess, TorchClassifier
+from .base import LabelSpace, Preprocess, TorchClassifier, as_image_list, check_outputs
 
 __all__ = ["EfficientNetLite", "efficientnet_lite0", "efficientnet_lite1", "efficientnet_lite2", "VARIANTS"]
 
@@ -88,8 +88,6 @@ class EfficientNetLite(TorchClassifier):
         if self.backend != "onnxruntime":
             return super().predict_logits(images)
         import numpy as np
-
-        from .base import as_image_list, check_outputs
 
         images = as_image_list(images)
         if not images:

@@ -18,6 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..install import install_command
+from ..labelspace import recognize
 from .base import (
     Captioner, Classifier, Detections, Detector, LabelSpace, Preprocess, Segmenter, ZeroShotClassifier,
     as_image_list, check_outputs, parse_dtype,
@@ -100,8 +102,6 @@ def preprocess_from_processor(processor: Any) -> Preprocess:
 def _label_space(config: Any, fallback_name: str) -> LabelSpace:
     """The space of a config's ``id2label``: a built-in one when the names are its names slot by slot
     (COCO's 91 slots with "N/A" gaps, ImageNet's lemma lists, ADE-150, ...), else a custom space."""
-    from ..labelspace import recognize
-
     id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
     if not id2label:
         return LabelSpace.numbered(fallback_name, int(getattr(config, "num_labels", 0)))
@@ -324,8 +324,6 @@ def create(source: str, task: str | None = None, **kwargs: Any) -> Any:
     try:
         import transformers
     except ImportError:
-        from ..install import install_command
-
         raise ShiftbenchError(f"hf: models need transformers: {install_command('gen')}") from None
     if not source:
         raise ShiftbenchError("hf: needs a hub id or a local folder, e.g. hf:openai/clip-vit-base-patch32")

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..install import install_command
 from .base import LabelSpace, Preprocess, ZeroShotClassifier, as_image_list, check_outputs, parse_dtype
 from .labels import imagenet_templates
 
@@ -124,8 +125,6 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", classes: Se
     try:
         import open_clip
     except ImportError as exc:
-        from ..install import install_command
-
         raise ShiftbenchError(f"open_clip: models need open_clip_torch (and torchvision): {install_command('open_clip')} ({exc})") from None
     arch, pretrained = parse_source(source)
     try:

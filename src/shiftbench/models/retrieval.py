@@ -43,6 +43,7 @@ from .retrieval_encoders import (
     EfficientNetImageEncoder, MiniLMTextEncoder, SharedSpaceEncoder, bundled_image_encoder, bundled_text_encoder,
     normalize, torch_threads,
 )
+from .retrieval_training import CombinerNet, train_retrievers
 
 __all__ = [
     "ComposedRetriever", "ImageOnly", "TextOnly", "SumFusion", "Combiner", "EfficientNetImageEncoder",
@@ -106,8 +107,6 @@ def load_checkpoint(path: Any, image_key: str, text_key: str, train_if_missing: 
         if not (default and train_if_missing):
             raise ShiftbenchError(f"{path}: retriever checkpoint not found (make one with shiftbench train-retriever)")
         import sys
-
-        from .retrieval_training import train_retrievers
 
         print(f"no retriever checkpoint at {path}: training one now (a few minutes on a CPU)", file=sys.stderr)
         train_retrievers(path, log=lambda message: print(message, file=sys.stderr),
@@ -266,8 +265,6 @@ class Combiner(ComposedRetriever):
         if weights is None:
             weights, config = load_checkpoint(checkpoint, self.gallery_key, self.text_key)
         self.config = dict(config or {})
-        from .retrieval_training import CombinerNet
-
         self.net = CombinerNet.from_weights(weights)
 
     def compose(self, image_features: np.ndarray, text_features: np.ndarray) -> np.ndarray:

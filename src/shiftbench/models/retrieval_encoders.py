@@ -17,6 +17,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ShiftbenchError
+from ..registry import MODELS
+from .efficientnet import EfficientNetLite
+from .text_encoders import minilm_encoder
 
 __all__ = ["EfficientNetImageEncoder", "MiniLMTextEncoder", "SharedSpaceEncoder", "normalize", "torch_threads",
            "bundled_image_encoder", "bundled_text_encoder"]
@@ -57,8 +60,6 @@ class EfficientNetImageEncoder:
     """
 
     def __init__(self, variant: int = 0, size: int = 128, batch_size: int = 64):
-        from .efficientnet import EfficientNetLite
-
         self.variant, self.size, self.batch_size = int(variant), int(size), int(batch_size)
         self.model = EfficientNetLite(self.variant)
         self.key = f"efficientnet_lite{self.variant}@{self.size}"
@@ -89,8 +90,6 @@ class MiniLMTextEncoder:
     dim = 384
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from .text_encoders import minilm_encoder
-
         if not len(texts):
             return np.zeros((0, self.dim), np.float32)
         with torch_threads():
@@ -102,8 +101,6 @@ class SharedSpaceEncoder:
 
     def __init__(self, model: Any):
         if isinstance(model, str):
-            from ..registry import MODELS
-
             name = model
             model = MODELS.create(model)
         else:

@@ -19,8 +19,11 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..datasets.objects_cir import ObjectsCIR
 from ..errors import ShiftbenchError
+from ..metrics.retrieval import recall_at_k, target_ranks
 from ..seeds import check_seed
+from .retrieval_encoders import bundled_image_encoder, bundled_text_encoder, normalize, torch_threads
 
 __all__ = ["CombinerNet", "encode_split", "train_retrievers", "TRAIN_DEFAULTS"]
 
@@ -92,9 +95,6 @@ def encode_split(split: str, image_encoder: Any, text_encoder: Any, dataset_seed
 
     With ``all_phrasings`` the texts are every phrasing of every query (``texts[i]`` a (P_i, E) array).
     """
-    from ..datasets.objects_cir import ObjectsCIR
-    from .retrieval_encoders import normalize
-
     ds = ObjectsCIR(split=split, seed=dataset_seed)
     ids = ds.gallery_ids()
     index = {g: i for i, g in enumerate(ids)}
@@ -116,8 +116,6 @@ def encode_split(split: str, image_encoder: Any, text_encoder: Any, dataset_seed
 def _fit(model: Any, forward: Callable, train: dict, val: dict, settings: dict, log: Callable) -> tuple[Any, dict]:
     """AdamW on the contrastive loss; returns the module at its best validation R@10 and the history."""
     import copy
-
-    from ..metrics.retrieval import recall_at_k, target_ranks
 
     torch, _ = _torch_modules()
     rng = np.random.default_rng(settings["seed"])
@@ -167,16 +165,12 @@ def train_retrievers(out: Any, log: Callable[[str], None] | None = None, command
 
     ``out`` is the ``.safetensors`` path; the config goes to the same name with ``.json``. Returns the config.
     """
-    from .retrieval_encoders import torch_threads
-
     with torch_threads():
         return _train(out, log, command, overrides)
 
 
 def _train(out: Any, log: Callable[[str], None] | None, command: str | None, overrides: dict) -> dict[str, Any]:
     from safetensors.numpy import save_file
-
-    from .retrieval_encoders import bundled_image_encoder, bundled_text_encoder
 
     unknown = set(overrides) - set(TRAIN_DEFAULTS)
     if unknown:

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ShiftbenchError
+from ..install import install_command
+from ..labelspace import recognize
 from .base import LabelSpace, Preprocess, TorchClassifier
 
 __all__ = ["TimmClassifier", "create", "preprocess_from_data_config", "label_space_from_config"]
@@ -50,8 +52,6 @@ def label_space_from_config(num_classes: int, pretrained_cfg: Mapping[str, Any] 
     """The config's ``label_names`` (a built-in space when they are its names); ImageNet-1k when the
     pretrained tag says the head was trained on it (``*in1k``, ``label_type: imagenet-1k``); else
     numbered classes that only a ``label_map`` can tie to a dataset. Never decided by the class count alone."""
-    from ..labelspace import recognize
-
     cfg = dict(pretrained_cfg or {})
     names = cfg.get("label_names")
     if names and len(names) == num_classes:
@@ -101,8 +101,6 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", pretrained:
         import timm
         import timm.data
     except ImportError as exc:
-        from ..install import install_command
-
         raise ShiftbenchError(f"timm: models need timm (and torchvision): {install_command('timm')} ({exc})") from None
     if not source:
         raise ShiftbenchError("timm: needs a model name or folder, e.g. timm:resnet50.a1_in1k")

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from ..errors import ShiftbenchError
+from ..install import install_command
+from ..labelspace import recognize
 from ..resize import check_interpolation, check_shorter
 from .base import LabelSpace, Preprocess, TorchClassifier
 
@@ -250,21 +252,19 @@ def _check_sizes(label: str, resize_size: Any, crop_size: Any) -> None:
 
 def create(source: str, device: str = "cpu", dtype: str = "float32", weights: str | os.PathLike | None = None,
            pretrained: bool = True, num_classes: int | None = None, class_names: Sequence[str] | None = None,
-           resize_size: int | None = None, crop_size: int | None = None, interpolation: str | None = None,
-           mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
            **model_kwargs: Any) -> TorchvisionClassifier:
-    """``torchvision:NAME`` factory (the forms are in the module docstring); ``model_kwargs`` go to the builder."""
+    """``torchvision:NAME`` factory (the forms are in the module docstring); ``model_kwargs``: the recipe's keys
+    (``STANDARD_RECIPE``'s, over the weights' recipe; None keeps it), the others go to the builder."""
     try:
         import torchvision.models
     except ImportError as exc:
-        from ..install import install_command
-
         raise ShiftbenchError(f"torchvision: models need a torchvision built for your torch: "
                               f"{install_command('torchvision')} ({exc})") from None
     label = f"torchvision:{source}"
     if not source:
         raise ShiftbenchError("torchvision: needs a classifier name, e.g. torchvision:resnet50/IMAGENET1K_V2")
-    _check_sizes(label, resize_size, crop_size)  # before any weights are read
+    overrides = {key: model_kwargs.pop(key, None) for key in STANDARD_RECIPE}
+    _check_sizes(label, overrides["resize_size"], overrides["crop_size"])  # before any weights are read
     arch, weights_name, path = parse_source(source)
     _check_arch(arch)
     if weights is not None:
@@ -313,14 +313,10 @@ def create(source: str, device: str = "cpu", dtype: str = "float32", weights: st
             weights_file = os.path.abspath(path)
 
     recipe = _recipe_of(member) if member is not None else dict(STANDARD_RECIPE)
-    overrides = {"resize_size": resize_size, "crop_size": crop_size, "interpolation": interpolation, "mean": mean,
-                 "std": std}
     preprocess = _preprocess(recipe, overrides, label)
     if class_names is not None:
         if len(class_names) != num_classes:
             raise ShiftbenchError(f"{label}: {len(class_names)} class_names for a head of {num_classes} classes")
-        from ..labelspace import recognize
-
         space = recognize([str(c) for c in class_names], label)
     elif num_classes == 1000:
         space = LabelSpace.imagenet1k()  # torchvision's classifiers are ImageNet-1k models (module docstring)

@@ -163,7 +163,6 @@ def analysis_figures(stored: dict[str, Any], out: Path, prefix: str, save: Any) 
     return figures
 
 
-
 def _save_jpeg(fig: Any, out: Path, name: str, title: str, caption: str) -> dict[str, str]:
     """A figure of photographs as JPEG (a PNG of them is five times larger in the self-contained HTML)."""
     import base64

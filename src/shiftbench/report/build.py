@@ -13,7 +13,9 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,23 +26,37 @@ from ..console import plural
 from ..errors import ShiftbenchError
 from ..files import (in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps, temp_path,
                      write_atomic)
-from ..results.artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped,
-                                 stored_thumbs, thumb_condition)
-from ..results.store import Store, params_key
+from ..results.artifacts import thumb_condition
+from ..registry import shift_info
+from ..results.records import Curation, Fields, Generated, Prediction, Row, Run, Samples, load
 from ..severity import canonical
 from ..severity import label as severity_label
 from ..shifts.corruptions import GROUP_ORDER as CORRUPTION_GROUP_ORDER
-from .headline import headline, headline_table, order_tables
+from .headline import Headline, headline, headline_table, order_tables
 from .tables import (CLEAN, Table, build_tables, condition_label, in_main_grid, severity_row, to_csv_rows, to_latex,
                      to_markdown)
 
 from .analysis import analysis_blocks, analysis_figures
-from .blocks import markdown_plain
+from .blocks import blocks_to_markdown
+from .failure import FailureEntry, failure_blocks, failure_entries, failure_figures
+from .objectcompose import blocks_from_summary, summarise
+from .objectcompose import to_markdown as objectcompose_markdown
+from .pascal_ea import pascal_blocks, write_pascal_ea
+from .retrieval import retrieval_blocks
 from .stats import NOISE_RULE, Uncertainty
 
 REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
 log = logging.getLogger("shiftbench.report")
 GROUP_ORDER = (*CORRUPTION_GROUP_ORDER, "text", "background", "attribute")  # corruption groups first, in ImageNet-C's order
+
+
+@dataclass(frozen=True)
+class Summary(Fields):
+    """A summary section of the report: its title, anchor and blocks (report.blocks; its ``.md`` the same)."""
+
+    title: str
+    id: str
+    blocks: list[dict[str, Any]]
 
 
 def build_report(store: str | os.PathLike, out: str | os.PathLike,
@@ -74,112 +90,86 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     return out / "report.html"
 
 
-def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[tuple]:
+REPORT_PARTS = ("results", "samples", "predictions", "skipped", "curation", "analysis", "thumbs", "quality")
+
+
+def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[Run]:
     """Everything the report reads, per run, from the store alone; a damaged store is one StoreError."""
-    db = Store(store, create=False)
-    try:
-        db.check()
-        ids = run_id if isinstance(run_id, (list, tuple)) else [db.run(run_id)["run_id"]]
-        loaded = []
-        for rid in ids:
-            run = db.run(rid)
-            rows = db.rows(run["run_id"])
-            if not rows:
-                raise ShiftbenchError(f"{store}: run {run['run_id']!r} has no results yet")
-            with db.reading("an artifact of run " + repr(run["run_id"])):
-                run = {**run, "skipped": stored_skipped(db, run["run_id"]),
-                       "curation": stored_curation(db, run["run_id"])}
-                # per-sample values (bootstrap CIs) exist only in stores written since they were kept
-                samples = db.samples(run["run_id"])
-                run["analysis"] = stored_analysis(db, run["run_id"])  # the spec's analysis: views, if it had some
-                loaded.append((run, rows, db.predictions(run["run_id"]), stored_thumbs(db, run["run_id"]),
-                               stored_quality_rows(db, run["run_id"]), samples))
-    finally:
-        db.close()
+    loaded = load(store, run_id, REPORT_PARTS)
+    for run in loaded:
+        if not run.rows:
+            raise ShiftbenchError(f"{store}: run {run.run_id!r} has no results yet")
     if not loaded:
         raise ShiftbenchError(f"{store}: no run to report")
     return loaded
 
 
-def _write_report(out: Path, loaded: list[tuple]) -> None:
+def _write_report(out: Path, loaded: list[Run]) -> None:
     """The report's files, written into ``out`` (the temporary folder :func:`build_report` then publishes)."""
     sections = []
-    for i, (run, rows, predictions, thumbs, quality, samples) in enumerate(loaded):
+    for i, run in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
-        preferred, main_rows, tables, unc = _main_tables(run, rows, samples)
+        baseline = generated_baseline(run) or CLEAN
+        preferred, main_rows, tables, unc = _main_tables(run)
         detail = order_tables(build_tables(main_rows, preferred, per_severity=True), preferred)
         for t in detail:
-            t.baseline = generated_baseline(run) or CLEAN
+            t.baseline = baseline
         if unc is not None:
             for t in detail:
                 unc.annotate(t)
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
-        summaries = _summaries(out, rows, prefix, quality, unc, curated=bool(run.get("curation")))
+        summaries = _summaries(out, run.rows, prefix, run.quality, unc, curated=bool(run.curation))
         # where each model breaks (report/failure.py): computed once, for its summary, figures and the headline
-        failures = _failures(samples, main, int(run.get("seed") or 0))
+        failures = _failures(run.samples, main, run.seed)
         summaries += _failure_summary(out, failures, main.metric, prefix) if main is not None else []
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         if failures:
-            from .failure import failure_figures
-
             figures += failure_figures(failures, main.metric, out, prefix, _save)
-        if run.get("analysis"):
-            blocks = analysis_blocks(run["analysis"], seed=int(run.get("seed") or 0))
+        if run.analysis:
+            blocks = analysis_blocks(run.analysis, seed=run.seed)
             if blocks:
-                from .blocks import blocks_to_markdown
-
                 (out / f"{prefix}analysis.md").write_text(blocks_to_markdown(blocks), encoding="utf-8")
-                summaries.append({"title": "Analysis: background reliance", "id": "analysis",
-                                  "blocks": blocks})
-            figures += analysis_figures(run["analysis"], out, prefix, _save)
-        grids = _grids(thumbs, predictions, main.rows if main is not None else [])
-        for g in grids:  # a generated folder's unshifted column is the shift it was made under, not clean
-            g["columns"] = [(generated_baseline(run) or CLEAN) if c == CLEAN else c for c in g["columns"]]
-        head = _run_headline(run, rows, tables, preferred, unc, failures=failures)
-        sections.append({"run": run, "rows": rows, "n": i + 1,
-                         "headline": head,
+                summaries.append(Summary("Analysis: background reliance", "analysis", blocks))
+            figures += analysis_figures(run.analysis, out, prefix, _save)
+        grids = _grids(run.thumbs, run.predictions, main.rows if main is not None else [], baseline)
+        sections.append({"run": run, "rows": run.rows, "n": i + 1,
+                         "headline": _run_headline(run, tables, preferred, unc, failures=failures),
                          "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
                          "figures": figures, "grids": grids,
-                         "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run["spec"]),
-                         "datasets": sorted({r["dataset"] for r in rows}), "inputs": _inputs(run), **_times(run)})
+                         "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run.spec),
+                         "datasets": sorted({r.dataset for r in run.rows}), "inputs": _inputs(run), **_times(run)})
     (out / "report.html").write_text(_render(sections), encoding="utf-8")
 
 
-def _failures(samples: list[dict] | None, main: Table | None, seed: int) -> list[dict[str, Any]]:
+def _failures(samples: list[Samples] | None, main: Table | None, seed: int) -> list[FailureEntry]:
     """The run's failure points of the headline metric (report/failure.py), [] without per-sample values."""
     if not samples or main is None:
         return []
-    from .failure import failure_entries
-
     return failure_entries(samples, main.metric, seed=seed)
 
 
-def _failure_summary(out: Path, entries: list[dict[str, Any]], metric: str, prefix: str) -> list[dict[str, Any]]:
+def _failure_summary(out: Path, entries: list[FailureEntry], metric: str, prefix: str) -> list[Summary]:
     """The failure-points summary (report/failure.py) and its Markdown export, when the run has curves."""
-    from .blocks import blocks_to_markdown
-    from .failure import failure_blocks
-
     blocks = failure_blocks(entries, metric)
     if not blocks:
         return []
     (out / f"{prefix}failure_points.md").write_text(
         blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Failure points"}] + blocks), encoding="utf-8")
     tag = prefix.rstrip("_")
-    return [{"title": "Failure points", "id": f"{tag}-failure-points".lstrip("-"), "blocks": blocks}]
+    return [Summary("Failure points", f"{tag}-failure-points".lstrip("-"), blocks)]
 
 
-def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict] | None,
-                 headline_only: bool = False) -> tuple[list[str], list[dict[str, Any]], list[Table], Uncertainty | None]:
+def _main_tables(run: Run, headline_only: bool = False) -> tuple[list[str], list[Row], list[Table], Uncertainty | None]:
     """A run's main tables as the report shows them: the spec's metric order, the main grid's rows, one table
     per metric (with its CIs when the store has per-sample values; ``headline_only``: only the headline's
     metric, all the headline reads, each interval being seeded on its own) and the Uncertainty behind them."""
-    preferred = list(run["spec"].get("metrics") or [])
-    main_rows = [r for r in rows if in_main_grid(r["metric"])]
+    preferred = run.metrics
+    main_rows = [r for r in run.rows if in_main_grid(r.metric)]
     tables = order_tables(build_tables(main_rows, preferred), preferred)
     for t in tables:
         t.baseline = generated_baseline(run) or CLEAN
-    unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
+    unc = Uncertainty(run.samples, seed=run.seed) if run.samples else None
     if unc is not None:
         main = headline_table(tables, preferred)
         for t in tables:
@@ -188,37 +178,31 @@ def _main_tables(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[
     return preferred, main_rows, tables, unc
 
 
-def _run_headline(run: dict[str, Any], rows: list[dict[str, Any]], tables: list[Table], preferred: list[str],
-                  unc: Uncertainty | None, failures: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+def _run_headline(run: Run, tables: list[Table], preferred: list[str], unc: Uncertainty | None,
+                  failures: list[FailureEntry] | None = None) -> Headline | None:
     """The headline of a run (report/headline.py) with what the report says above it (the curation; what a
     folder written by generate holds). ``failures``: the run's failure points when already computed (else
     computed here from the per-sample values behind ``unc``, for the "breaks at" column)."""
     baseline = generated_baseline(run)
     main = headline_table(tables, preferred)
     if failures is None and unc is not None and main is not None and main.higher_is_better:
-        failures = _failures(unc.samples, main, int(run.get("seed") or 0))
-    head = headline(rows, tables, preferred, unc, baseline=baseline or CLEAN, failures=failures)
-    if head is not None and baseline:
-        head["note"] = generated_text(run) + " " + head["note"]
-    if head is not None and run.get("curation"):
-        head["note"] = curation_text(run["curation"]) + " " + head["note"]
+        failures = _failures(unc.samples, main, run.seed)
+    head = headline(run.rows, tables, preferred, unc, baseline=baseline or CLEAN, failures=failures)
+    for text in (generated_text(run) if baseline else "", curation_text(run.curated) if run.curated else ""):
+        if head is not None and text:  # the curation first, then what a generated folder holds
+            head.note = text + " " + head.note
     return head
 
 
-def run_headline(store: str | os.PathLike, run_id: str | None = None) -> dict[str, Any] | None:
+def run_headline(store: str | os.PathLike, run_id: str | None = None) -> Headline | None:
     """The headline of one run of ``store`` (default: the latest), the very one its report shows, from the
     store alone (``shiftbench evaluate`` prints it when the run ends; report/terminal.py draws it); None for
     a run without results."""
-    with Store(store, create=False) as db:
-        run = db.run(run_id)
-        rows = db.rows(run["run_id"])
-        if not rows:
-            return None
-        with db.reading("an artifact of run " + repr(run["run_id"])):
-            run = {**run, "curation": stored_curation(db, run["run_id"])}
-            samples = db.samples(run["run_id"])
-    preferred, _, tables, unc = _main_tables(run, rows, samples, headline_only=True)
-    return _run_headline(run, rows, tables, preferred, unc)
+    run, = load(store, run_id, ("results", "curation", "samples"), check=False)
+    if not run.rows:
+        return None
+    preferred, _, tables, unc = _main_tables(run, headline_only=True)
+    return _run_headline(run, tables, preferred, unc)
 
 
 def _earlier_report(out: Path) -> set[str]:
@@ -260,14 +244,13 @@ def _yaml(spec: dict[str, Any]) -> str:
     return yaml.safe_dump(spec, sort_keys=False)
 
 
-def curation_text(curation: dict[str, Any]) -> str:
+def curation_text(curation: Curation) -> str:
     """One sentence saying which samples a curated run scores (the spec's ``curate:`` section)."""
-    models = ", ".join(curation.get("models") or [])
-    every = "every one of " if len(curation.get("models") or []) > 1 else ""
-    extra = ""
-    if (curation.get("dropped") or {}).get("mask"):
-        extra = f" and whose object mask is large enough ({curation['dropped']['mask']} dropped for a small mask)"
-    return (f"Curated as in ObjectCompose: n = {curation.get('kept')} of {curation.get('total')} samples, those "
+    models = ", ".join(curation.models or [])
+    every = "every one of " if len(curation.models or []) > 1 else ""
+    mask = (curation.dropped or {}).get("mask")
+    extra = f" and whose object mask is large enough ({mask} dropped for a small mask)" if mask else ""
+    return (f"Curated as in ObjectCompose: n = {curation.kept} of {curation.total} samples, those "
             f"{every}{models} classifies correctly on clean{extra}; every condition is scored on these samples only.")
 
 
@@ -285,163 +268,113 @@ def preprocess_text(section: dict[str, Any] | None) -> str | None:
     return ", then ".join(parts) + " (before any shift; masks and boxes follow)"
 
 
-def generated_baseline(run: dict[str, Any]) -> str | None:
+def generated_baseline(run: Run) -> str | None:
     """For a run whose data is a folder written by ``shiftbench generate`` (its dataset identity has
     ``generated``, datasets/generated.py): the label of its unshifted condition, the shift and severity its
     images were made under ('fog s3 (generated)'); None for any other run."""
-    origin = ((run.get("identity") or {}).get("dataset") or {}).get("generated")
+    origin = run.generated
     if not origin:
         return None
-    base = condition_label(origin["shift"], origin.get("params") or {})
-    return f"{severity_row(base, origin['severity'])} (generated)"
+    return f"{severity_row(condition_label(origin.shift, origin.params or {}), origin.severity)} (generated)"
 
 
-def generated_text(run: dict[str, Any]) -> str:
+def made_text(origin: Generated) -> str:
+    """How a generated folder was made, in words: ``seed 0, from objects, protocol p`` (what it records)."""
+    return ", ".join(x for x in (f"seed {origin.seed}" if origin.seed is not None else "",
+                                 f"from {origin.source}" if origin.source else "",
+                                 f"protocol {origin.protocol}" if origin.protocol else "") if x)
+
+
+def generated_text(run: Run) -> str:
     """One sentence saying what a generated folder's "clean" condition is (see :func:`generated_baseline`)."""
-    origin = run["identity"]["dataset"]["generated"]
-    made = ", ".join(x for x in (f"seed {origin['seed']}" if origin.get("seed") is not None else "",
-                                 f"from {origin['source']}" if origin.get("source") else "",
-                                 f"protocol {origin['protocol']}" if origin.get("protocol") else "") if x)
-    return (f"The data of this run is a folder written by shiftbench generate under {origin['shift']} at severity "
-            f"{severity_label(origin['severity'])}{f' ({made})' if made else ''}: what the run read unshifted is "
+    origin, made = run.generated, made_text(run.generated)
+    return (f"The data of this run is a folder written by shiftbench generate under {origin.shift} at severity "
+            f"{severity_label(origin.severity)}{f' ({made})' if made else ''}: what the run read unshifted is "
             f"labelled {generated_baseline(run)}, not clean, and every change in brackets is against it.")
 
 
-def _inputs(run: dict[str, Any]) -> list[tuple[str, str]]:
+def _inputs(run: Run) -> list[tuple[str, str]]:
     """Provenance lines for what decided the numbers besides the spec: the preprocessing, each model's
     weights, the dataset's fingerprint, the ids file, and the files a reader skipped (on_error: skip)."""
-    identity = run.get("identity") or {}
     lines = []
-    preprocessing = preprocess_text((run.get("spec") or {}).get("preprocess"))
+    preprocessing = preprocess_text((run.spec or {}).get("preprocess"))
     if preprocessing:
         lines.append(("preprocessing", preprocessing))
-    for name, model in sorted((identity.get("models") or {}).items()):
-        digest = model.get("weights")
-        if digest:
-            text = f"sha256 {digest[:16]}… (" + ("of its files" if model.get("from") == "files" else "of its parameters") + ")"
+    for name, w in sorted((run.weights or {}).items()):
+        if w.sha256:
+            text = f"sha256 {w.sha256[:16]}… (" + ("of its files" if w.origin == "files" else "of its parameters") + ")"
         else:
-            text = "none (a model without weights)" if model.get("from") == "none" else "not recorded"
+            text = "none (a model without weights)" if w.origin == "none" else "not recorded"
         lines.append((f"weights of {name}", text))
-    data = identity.get("dataset") or {}
+    data, ids = run.data, run.ids
     if data:
-        fingerprint = next((v for v in data.values() if isinstance(v, dict) and "sha256" in v), None)
-        text = f"{data.get('samples', '?')} samples"
-        if fingerprint:
-            text += f"; files {fingerprint.get('files', '?')}, fingerprint {fingerprint['sha256'][:16]}…"
-        lines.append((f"dataset {data.get('name', '')}".strip(), text))
-    if identity.get("ids"):
-        ids = identity["ids"]
+        text = f"{data.samples} samples" + (f"; files {data.files}, fingerprint {data.sha256[:16]}…"
+                                            if data.sha256 is not None else "")
+        lines.append((f"dataset {data.name}".strip(), text))
+    if ids:
         lines.append(("ids file", f"sha256 {ids['sha256'][:16]}…" if isinstance(ids, dict) and "sha256" in ids else str(ids)))
     if generated_baseline(run):
-        origin = identity["dataset"]["generated"]
-        lines.append(("made by shiftbench generate", generated_text(run)
-                      + ("" if origin.get("complete", True) else " Its manifest is not final: generate did not finish.")))
-    skipped = run.get("skipped") or []
+        lines.append(("made by shiftbench generate", generated_text(run) + (
+            "" if run.generated.complete else " Its manifest is not final: generate did not finish.")))
+    skipped = run.skipped or []
     if skipped:
         shown = "; ".join(f"{s['file']} ({s['reason']})" for s in skipped[:10])
         lines.append(("skipped files", f"{len(skipped)}: {shown}" + (" …" if len(skipped) > 10 else "")))
-    curation = run.get("curation")
+    curation = run.curated
     if curation:
-        wrong = ", ".join(f"{m} {k}" for m, k in (curation.get("wrong_per_model") or {}).items())
-        lines.append(("curation", f"{curation.get('kept')} of {curation.get('total')} samples kept"
+        wrong = ", ".join(f"{m} {k}" for m, k in (curation.wrong_per_model or {}).items())
+        lines.append(("curation", f"{curation.kept} of {curation.total} samples kept"
                                   + (f"; wrong on clean: {wrong}" if wrong else "")))
     return lines
 
 
-def _times(run: dict[str, Any]) -> dict[str, str]:
-    started = datetime.fromtimestamp(run["started"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    finished = (datetime.fromtimestamp(run["finished"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-                if run.get("finished") else "not finished")
+def _times(run: Run) -> dict[str, str]:
+    started = datetime.fromtimestamp(run.started, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    finished = (datetime.fromtimestamp(run.finished, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+                if run.finished else "not finished")
     return {"started": started, "finished": finished}
 
 
-def _summaries(out: Path, rows: list[dict[str, Any]], prefix: str,
+def _summaries(out: Path, rows: list[Row], prefix: str,
                quality: list[dict[str, Any]] | None = None, unc: Uncertainty | None = None,
-               curated: bool = False) -> list[dict[str, Any]]:
+               curated: bool = False) -> list[Summary]:
     """Task-specific summaries (Pascal-EA, ObjectCompose families, composed retrieval) as structured blocks
-    (report.blocks: ``{"title", "id", "blocks"}``); their ``.md`` files are the Markdown export of the same
+    (report.blocks, in a :class:`Summary`); their ``.md`` files are the Markdown export of the same
     blocks, so the HTML never receives Markdown."""
-    from .blocks import blocks_to_markdown
-    from .pascal_ea import pascal_blocks, write_pascal_ea  # attribute runs: Table-1-style changes, quality table
-
     tag = prefix.rstrip("_")
     found = []
     # the HTML gets the structured blocks; the Markdown/CSV exports are written from the same data
     if write_pascal_ea(out / tag if prefix else out, rows, quality or []) is not None:
-        found.append({"title": "Pascal-EA: attribute edits", "id": f"{tag}-pascal-ea".lstrip("-"),
-                      "blocks": pascal_blocks(rows, quality or [])})
+        found.append(Summary("Pascal-EA: attribute edits", f"{tag}-pascal-ea".lstrip("-"),
+                             pascal_blocks(rows, quality or [])))
     oc = _write_objectcompose(out, rows, prefix, unc, curated)
     if oc:
-        found.append({"title": "ObjectCompose summary", "id": f"{tag}-objectcompose".lstrip("-"), "blocks": oc})
-    if any(r["metric"].startswith("R@") for r in rows):
-        from .retrieval import retrieval_blocks
-
+        found.append(Summary("ObjectCompose summary", f"{tag}-objectcompose".lstrip("-"), oc))
+    if any(r.metric.startswith("R@") for r in rows):
         blocks = retrieval_blocks(rows)
         (out / f"{prefix}retrieval.md").write_text(
             blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Composed retrieval"}] + blocks),
             encoding="utf-8")
-        found.append({"title": "Composed retrieval", "id": f"{tag}-retrieval".lstrip("-"), "blocks": blocks})
+        found.append(Summary("Composed retrieval", f"{tag}-retrieval".lstrip("-"), blocks))
     return found
-
-
-def markdown_blocks(text: str) -> list[dict[str, Any]]:
-    """Split simple Markdown (headings, paragraphs, pipe tables) into blocks the template renders
-    with autoescaping: no Markdown-to-HTML conversion, so nothing in the data becomes markup."""
-    blocks: list[dict[str, Any]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].rstrip()
-        if not line:
-            i += 1
-            continue
-        if line.startswith("#"):
-            blocks.append({"kind": "heading", "text": markdown_plain(line.lstrip("#").strip())})
-            i += 1
-        elif line.startswith("|"):
-            table = []
-            while i < len(lines) and lines[i].startswith("|"):
-                cells = [markdown_plain(c.strip()) for c in _split_row(lines[i])]
-                if not all(set(c) <= set("-: ") for c in cells):
-                    table.append(cells)
-                i += 1
-            blocks.append({"kind": "table", "head": table[0] if table else [], "rows": table[1:]})
-        else:
-            para = []
-            while i < len(lines) and lines[i].strip() and not lines[i].startswith(("#", "|")):
-                para.append(lines[i].strip())
-                i += 1
-            blocks.append({"kind": "text", "text": markdown_plain(" ".join(para))})
-    return blocks
-
-
-def _split_row(line: str) -> list[str]:
-    import re
-
-    inner = line.strip()
-    inner = inner[1:] if inner.startswith("|") else inner
-    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
-    return re.split(r"(?<!\\)\|", inner)
 
 
 # -- views: what the template renders, computed here so the template only lays it out ----------------
 def _slug(text: str) -> str:
-    import re
-
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
-def _sample_counts(rows: list[dict[str, Any]], per_severity: bool = False) -> dict[tuple[str, str, str], list[int]]:
+def _sample_counts(rows: list[Row], per_severity: bool = False) -> dict[tuple[str, str, str], list[int]]:
     """n of each stored condition, keyed like the table cells (metric, row label, model); the "mean"
     column gets every model's. Counted from the rows so a cell averaged over severities shows the n of
     one condition, not a sum."""
     counts: dict[tuple[str, str, str], list[int]] = {}
     for r in rows:
-        label = condition_label(r["shift"], r["params"])
-        if per_severity and r["shift"] != CLEAN:
-            label = severity_row(label, r["severity"])  # the per-severity table's own row label
-        for model in (r["model"], "mean"):
-            counts.setdefault((r["metric"], label, model), []).append(int(r["n"]))
+        label = condition_label(r.shift, r.params)
+        if per_severity and r.shift != CLEAN:
+            label = severity_row(label, r.severity)  # the per-severity table's own row label
+        for model in (r.model, "mean"):
+            counts.setdefault((r.metric, label, model), []).append(int(r.n))
     return counts
 
 
@@ -515,35 +448,33 @@ def _table_view(t: Table, tid: str, title_suffix: str = "", counts: dict | None 
 
 
 def _table_views(tables: list[Table], detail: list[Table], main: Table | None, prefix: str,
-                 rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                 rows: list[Row] | None = None) -> list[dict[str, Any]]:
     """One view per metric (the headline metric's open, the others folded), each with its per-severity
     detail (folded) when a shift ran at several severities."""
     by_metric = {t.metric: t for t in detail}
     views = []
     for t in tables:  # natural order; the headline metric's table is open, the others fold
-        view = _table_view(t, f"{prefix}-t-{_slug(t.metric)}", counts=_sample_counts(rows or []))
-        view["open"] = t is main
         d = by_metric.get(t.metric)
-        if d is not None and len(d.rows) > len(t.rows):
-            view["detail"] = _table_view(d, f"{prefix}-t-{_slug(t.metric)}-sev", ", per severity",
-                                         counts=_sample_counts(rows or [], per_severity=True))
-        views.append(view)
+        views.append({**_table_view(t, f"{prefix}-t-{_slug(t.metric)}", counts=_sample_counts(rows or [])),
+                      "open": t is main, **({} if d is None or len(d.rows) <= len(t.rows) else {"detail": _table_view(
+                          d, f"{prefix}-t-{_slug(t.metric)}-sev", ", per severity",
+                          counts=_sample_counts(rows or [], per_severity=True))})})
     return views
 
 
-def _summary_views(summaries: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+def _summary_views(summaries: list[Summary], prefix: str) -> list[dict[str, Any]]:
     """Summaries as the contract's blocks; a cell is a str or {"text", "title", "cls"}, shown as given."""
     views = []
     for s in summaries:
         blocks = []
-        for b in s.get("blocks", []):
+        for b in s.blocks:
             if b.get("kind") == "table":
                 bold = set(b.get("first_bold_rows") or [])
                 rows = [{"bold": i in bold, "cells": [_block_cell(c) for c in r]} for i, r in enumerate(b.get("rows", []))]
                 blocks.append({**b, "head": [_block_cell(c) for c in b.get("head", [])], "rows": rows})
             else:
                 blocks.append(b)
-        views.append({"title": s["title"], "id": f"{prefix}-{s.get('id') or _slug(s['title'])}", "blocks": blocks})
+        views.append({"title": s.title, "id": f"{prefix}-{s.id or _slug(s.title)}", "blocks": blocks})
     return views
 
 
@@ -554,18 +485,16 @@ def _block_cell(cell: Any) -> dict[str, str]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def _write_objectcompose(out: Path, rows: list[dict[str, Any]], prefix: str = "",
+def _write_objectcompose(out: Path, rows: list[Row], prefix: str = "",
                          unc: Uncertainty | None = None, curated: bool = False) -> list[dict[str, Any]] | None:
     """objectcompose.{md,json} (background runs only): each prompt family's mean and worst condition with
     its change against clean (shifted - clean) and the paper's ordering, the paper's values beside ours when
     the run follows its protocol (``curated`` is part of it); returns the summary's blocks."""
-    from .objectcompose import blocks_from_summary, summarise, to_markdown
-
     summary = summarise(rows, unc=unc, curated=curated)
     if not summary["families"]:
         return None
     (out / f"{prefix}objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / f"{prefix}objectcompose.md").write_text(to_markdown(summary), encoding="utf-8")
+    (out / f"{prefix}objectcompose.md").write_text(objectcompose_markdown(summary), encoding="utf-8")
     return blocks_from_summary(summary)
 
 
@@ -589,13 +518,7 @@ def _write_tables(out: Path, tables: list[Table], detail: list[Table], prefix: s
 
 
 # -- figures --------------------------------------------------------------------------------------
-def _shift_groups() -> dict[str, str]:
-    from ..registry import SHIFTS
-
-    return {e.name: str(e.meta.get("group", "other")) for e in SHIFTS.entries()}
-
-
-def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix: str = "") -> list[dict[str, str]]:
+def _figures(rows: list[Row], tables: list[Table], out: Path, prefix: str = "") -> list[dict[str, str]]:
     """The run's figures, each one the run has data for: severity curves, drop heat map, reliability diagrams."""
     import matplotlib
 
@@ -608,31 +531,29 @@ def _figures(rows: list[dict[str, Any]], tables: list[Table], out: Path, prefix:
     return [figure for figure in made if figure is not None]
 
 
-def _severity_curves(rows: list[dict[str, Any]], main: Table, out: Path, prefix: str) -> dict[str, str] | None:
+def _severity_curves(rows: list[Row], main: Table, out: Path, prefix: str) -> dict[str, str] | None:
     """Metric against severity per shift, one panel per shift family, mean over models (severity 0 is clean)."""
     import matplotlib.pyplot as plt
 
-    groups = _shift_groups()
     metric = main.metric
     scale = 100.0 if main.percent else 1.0
-    mrows = [r for r in rows if r["metric"] == metric and r["value"] is not None]
+    mrows = [r for r in rows if r.metric == metric and r.value is not None]
     graded = {}
     for r in mrows:
-        if r["shift"] == CLEAN or r["severity"] < 1:
+        if r.shift == CLEAN or r.severity < 1:
             continue
         # each severity at its own x: 2.5 between 2 and 3, never merged into either
-        graded.setdefault((r["shift"], params_key(r["params"])), {}).setdefault(
-            canonical(r["severity"]), []).append(r["value"])
+        graded.setdefault((r.shift, r.params_key), {}).setdefault(canonical(r.severity), []).append(r.value)
     graded = {k: v for k, v in graded.items() if len(v) > 1}
-    clean_mean = np.mean([r["value"] for r in mrows if r["shift"] == CLEAN]) if any(
-        r["shift"] == CLEAN for r in mrows) else None
+    clean = [r.value for r in mrows if r.shift == CLEAN]
+    clean_mean = np.mean(clean) if clean else None
     if not graded:
         return None
-    fams = sorted({groups.get(s, "other") for s, _ in graded}, key=lambda g: (GROUP_ORDER + (g,)).index(g))
+    fams = sorted({shift_info(s).family or "other" for s, _ in graded}, key=lambda g: (GROUP_ORDER + (g,)).index(g))
     fig, axes = plt.subplots(1, len(fams), figsize=(3.6 * len(fams), 3.2), squeeze=False, sharey=True)
     for ax, fam in zip(axes[0], fams):
         for (shift, pk), by_sev in sorted(graded.items()):
-            if groups.get(shift, "other") != fam:
+            if (shift_info(shift).family or "other") != fam:
                 continue
             sev = sorted(by_sev)
             xs = ([0] if clean_mean is not None else []) + sev
@@ -686,32 +607,31 @@ def _drop_heatmap(main: Table, out: Path, prefix: str) -> dict[str, str] | None:
     return figure
 
 
-def _reliability_diagrams(rows: list[dict[str, Any]], out: Path, prefix: str) -> dict[str, str] | None:
+def _reliability_diagrams(rows: list[Row], out: Path, prefix: str) -> dict[str, str] | None:
     """Accuracy per confidence bin from the ECE rows: up to three clean ones and the worst-calibrated shift."""
     import matplotlib.pyplot as plt
 
-    ece_rows = [r for r in rows if r["metric"] == "ece" and r["value"] is not None
-                and (r.get("extra") or {}).get("accuracy")]
+    ece_rows = [r for r in rows if r.metric == "ece" and r.value is not None and r.bins[0]]
     if not ece_rows:
         return None
-    clean_rows = [r for r in ece_rows if r["shift"] == CLEAN]
-    worst = max((r for r in ece_rows if r["shift"] != CLEAN), key=lambda r: r["value"], default=None)
+    clean_rows = [r for r in ece_rows if r.shift == CLEAN]
+    worst = max((r for r in ece_rows if r.shift != CLEAN), key=lambda r: r.value, default=None)
     picks = [(r, "clean") for r in clean_rows[:3]]
     if worst is not None:
-        where = severity_row(condition_label(worst["shift"], worst["params"]), worst["severity"])
+        where = severity_row(condition_label(worst.shift, worst.params), worst.severity)
         picks.append((worst, f"worst: {where}"))
     fig, axes = plt.subplots(1, len(picks), figsize=(3.0 * len(picks), 3.0), squeeze=False)
     for ax, (r, title) in zip(axes[0], picks):
-        ex = r["extra"]
-        acc = np.asarray([np.nan if a is None else a for a in ex["accuracy"]], float)
-        counts = np.asarray(ex.get("counts", [1] * len(acc)), float)
+        accuracy, counts = r.bins
+        acc = np.asarray([np.nan if a is None else a for a in accuracy], float)
+        counts = np.asarray([1] * len(acc) if counts is None else counts, float)
         conf = acc
         edges = np.linspace(0, 1, len(conf) + 1)
         centers = (edges[:-1] + edges[1:]) / 2
         ok = (counts > 0) & np.isfinite(acc)
         ax.bar(centers[ok], acc[ok], width=1 / len(conf), edgecolor="k", lw=0.4, alpha=0.8, label="accuracy")
         ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-        ax.set_title(f"{r['model']}\n{title}\nECE {100 * r['value']:.1f}", fontsize=7)
+        ax.set_title(f"{r.model}\n{title}\nECE {100 * r.value:.1f}", fontsize=7)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("confidence", fontsize=7)
@@ -733,31 +653,30 @@ def _save(fig, out: Path, name: str, title: str, caption: str) -> dict[str, str]
 
 
 # -- sample grids ---------------------------------------------------------------------------------
-def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
-           order: list[str] | None = None) -> list[dict[str, Any]]:
+def _grids(thumbs: list[dict[str, Any]], predictions: list[Prediction], order: list[str] | None = None,
+           baseline: str = CLEAN) -> list[dict[str, Any]]:
     """Columns = conditions (clean first, then the highest severity of each shift, in the order of the
-    results table's rows ``order``, i.e. the spec's; others after, by shift group), rows = samples."""
+    results table's rows ``order``, i.e. the spec's; others after, by shift group), rows = samples; the
+    unshifted column is labelled ``baseline`` (a generated folder's: the shift it was made under)."""
     if not thumbs:
         return []
     by_condition: dict[tuple[str, str, int | float], dict[str, dict]] = {}
     for t in thumbs:
         shift, pk, severity, sid = thumb_condition(t)
         by_condition.setdefault((shift, pk, canonical(severity)), {})[sid] = t
-    preds: dict[tuple[str, str, int | float, str], list[dict]] = {}
+    preds: dict[tuple[str, str, int | float, str], list[Prediction]] = {}
     for p in predictions:
-        key = (p["shift"], params_key(p["params"]), canonical(p["severity"]), str(p["sample_id"]))
-        preds.setdefault(key, []).append(p)
+        preds.setdefault((*p.key[1:], str(p.sample_id)), []).append(p)
     best: dict[tuple[str, str], int | float] = {}
     for shift, pk, sev in by_condition:
         best[(shift, pk)] = max(sev, best.get((shift, pk), -1))
     order = list(order or [])
-    groups = _shift_groups()
     group_rank = {g: i for i, g in enumerate(GROUP_ORDER)}
 
     def position(c: tuple[str, str, int]) -> tuple:
         label = condition_label(c[0], json.loads(c[1]))
         return (c[0] != CLEAN, order.index(label) if label in order else len(order),
-                group_rank.get(groups.get(c[0], "other"), len(GROUP_ORDER)), c[0], c[1])
+                group_rank.get(shift_info(c[0]).family or "other", len(GROUP_ORDER)), c[0], c[1])
 
     columns = sorted(((s, pk, sev) for (s, pk), sev in best.items()), key=position)
     sample_ids = sorted({sid for cond in by_condition.values() for sid in cond})[:4]
@@ -775,25 +694,25 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[dict[str, Any]],
                     continue
                 meta = t.get("meta") or {}
                 items = []
-                for p in sorted(preds.get((*col, sid), []), key=lambda p: p["model"]):
-                    pred = p["prediction"]
+                for p in sorted(preds.get((*col, sid), []), key=lambda p: p.model):
+                    pred, said = p.prediction, p.said
                     if "pred_name" in pred:
-                        items.append({"model": p["model"], "text": f"{pred['pred_name']} {100 * pred['confidence']:.0f}%",
-                                      "wrong": not pred.get("correct", True)})
+                        items.append({"model": p.model, "text": f"{said.pred_name} {100 * said.confidence:.0f}%",
+                                      "wrong": not said.correct if "correct" in pred else False})
                     elif "iou" in pred:
-                        items.append({"model": p["model"], "text": f"IoU {pred['iou']:.2f}", "wrong": pred["iou"] < 0.5})
+                        items.append({"model": p.model, "text": f"IoU {said.iou:.2f}", "wrong": said.iou < 0.5})
                     elif "caption" in pred:  # captioners: the caption itself (the grid wraps and escapes it)
-                        items.append({"model": p["model"], "text": _shorten(str(pred["caption"]), 80), "wrong": None})
+                        items.append({"model": p.model, "text": _shorten(str(said.caption), 80), "wrong": None})
                     elif "detections" in pred:  # detectors: the count and the two best boxes' classes
-                        best = ", ".join(f"{d.get('name', d['label'])} {d['score']:.2f}" for d in pred["top"][:2])
-                        items.append({"model": p["model"], "text": f"{pred['detections']} boxes" + (f": {best}" if best else ""),
+                        best = ", ".join(f"{d.get('name', d['label'])} {d['score']:.2f}" for d in said.top[:2])
+                        items.append({"model": p.model, "text": f"{said.detections} boxes" + (f": {best}" if best else ""),
                                       "wrong": None})
                 cells.append({"src": "data:image/png;base64," + base64.b64encode(t["data"]).decode("ascii"),
                               "truth": meta.get("class_name") or "", "preds": items})
             grid_rows.append({"sample": sid, "cells": cells})
-        grids.append({"columns": [condition_label(s, json.loads(pk)) if s == CLEAN
-                                  else severity_row(condition_label(s, json.loads(pk)), sev)
-                                  for s, pk, sev in cols], "rows": grid_rows})
+        labels = [condition_label(s, json.loads(pk)) if s == CLEAN else severity_row(condition_label(s, json.loads(pk)), sev)
+                  for s, pk, sev in cols]
+        grids.append({"columns": [baseline if c == CLEAN else c for c in labels], "rows": grid_rows})
     return grids
 
 

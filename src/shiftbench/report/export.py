@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import difflib
+import importlib.metadata
 import importlib.resources
 import io
 import json
@@ -32,16 +33,16 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
+from ..condition import Condition
 from ..console import plural
 from ..errors import ShiftbenchError
 from ..files import (file_stems, in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps,
                      temp_path, write_atomic)
-from ..results.artifacts import stored_curation, stored_skipped
-from ..results.store import Store, params_key
+from ..results.records import ALL, Row, Run, Samples, load
 from ..severity import canonical
 from ..severity import label as severity_label
 from .build import generated_baseline
@@ -111,7 +112,7 @@ def export_store(store: str | os.PathLike, out: str | os.PathLike, fmt: str,
                 out.rmdir()  # only when empty: the folder this call made, nothing in it
         raise
     shutil.rmtree(stage, ignore_errors=True)
-    return Export(out, fmt, [r.run["run_id"] for r in loaded], files, notes)
+    return Export(out, fmt, [run.run_id for run in loaded], files, notes)
 
 
 def _check_format(fmt: str) -> str:
@@ -124,67 +125,38 @@ def _check_format(fmt: str) -> str:
 
 # -- reading ---------------------------------------------------------------------------------------------
 
-@dataclass
-class _Loaded:
-    """One run to export: its record, rows, per-sample values and predictions, whether its store keeps
-    per-sample values at all, ``partial`` (why its numbers are partial: a run not finished) and ``origin``
-    (the folder written by generate that it read as "clean")."""
+EXPORT_PARTS = ("counts", "results", "samples", "predictions", "skipped", "curation")
 
-    run: dict[str, Any]
-    rows: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
-    predictions: list[dict[str, Any]]
-    keeps_samples: bool
-    partial: str | None = None
-    origin: str | None = None
 
-    @property
-    def caveats(self) -> list[str]:
-        """What the run's numbers are not, one note each (every format says them)."""
-        rid = self.run["run_id"]
-        out = []
-        if self.partial:
-            out.append(f"run {rid}: {self.partial}: its numbers are those of the conditions it finished")
-        if self.origin:
-            out.append(f"run {rid}: its data is {self.origin}: what it read unshifted "
-                       f"({generated_baseline(self.run)}) is stored under shift 'clean', and every other shift was "
-                       "applied on top of it")
-        return out
+def _caveats(run: Run) -> list[str]:
+    """What the run's numbers are not, one note each (every format says them): a run not finished, a folder
+    written by generate read as "clean"."""
+    out = []
+    partial, origin = unfinished(run.status, run.counts), generated_origin_text(run)
+    if partial:
+        out.append(f"run {run.run_id}: {partial}: its numbers are those of the conditions it finished")
+    if origin:
+        out.append(f"run {run.run_id}: its data is {origin}: what it read unshifted "
+                   f"({generated_baseline(run)}) is stored under shift 'clean', and every other shift was "
+                   "applied on top of it")
+    return out
 
 
 def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs: bool,
-          check: bool = True) -> tuple[list[_Loaded], list[str]]:
+          check: bool = True) -> tuple[list[Run], list[str]]:
     """The runs to export; runs without results are noted and left out (an error when that leaves none). A
     damaged store is one StoreError, and so are per-sample values that are not finite (``check``: the formats
     that write or use them)."""
-    db = Store(store, create=False)
-    try:
-        db.check()
-        keeps = db.keeps_samples()
-        if all_runs:
-            ids = [r["run_id"] for r in db.runs()]
-            if not ids:
-                raise ShiftbenchError(f"{store}: the store holds no runs")
-        elif isinstance(run_id, (list, tuple)):
-            ids = [db.run(r)["run_id"] for r in run_id]
-        else:
-            ids = [db.run(run_id)["run_id"]]
-        loaded, notes = [], []
-        for rid in dict.fromkeys(ids):
-            run = db.run(rid)
-            rows = db.rows(rid)
-            partial = unfinished(run, db.condition_counts(rid))
-            if not rows:
-                notes.append(f"run {rid}: no results yet{f' ({partial})' if partial else ''}: left out")
-                continue
-            with db.reading("an artifact of run " + repr(rid)):
-                run = {**run, "skipped": stored_skipped(db, rid), "curation": stored_curation(db, rid)}
-            samples = db.samples(rid)
-            if check:
-                check_samples(samples, store, rid)
-            loaded.append(_Loaded(run, rows, samples, db.predictions(rid), keeps, partial, generated_origin_text(run)))
-    finally:
-        db.close()
+    runs = ALL if all_runs else list(dict.fromkeys(run_id)) if isinstance(run_id, (list, tuple)) else run_id
+    loaded, notes = [], []
+    for run in load(store, runs, EXPORT_PARTS):
+        if not run.rows:
+            partial = unfinished(run.status, run.counts)
+            notes.append(f"run {run.run_id}: no results yet{f' ({partial})' if partial else ''}: left out")
+            continue
+        if check:
+            check_samples(run.samples, store, run.run_id)
+        loaded.append(run)
     if not loaded:
         raise ShiftbenchError(f"{store}: {'; '.join(notes)}; nothing to export")
     return loaded, notes
@@ -193,7 +165,9 @@ def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs
 # -- shared helpers --------------------------------------------------------------------------------------
 
 def _finite(value: Any) -> Any:
-    """A number (or nested list) for JSON: NaN and infinities as null (JSON has neither)."""
+    """A number (or a nested list or mapping of them) for JSON: NaN and infinities as null (JSON has neither)."""
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     if value is None or isinstance(value, (bool, str)):
@@ -204,10 +178,10 @@ def _finite(value: Any) -> Any:
     return f if math.isfinite(f) else None
 
 
-def _not_finite(rows: list[dict[str, Any]]) -> list[str]:
+def _not_finite(rows: list[Row]) -> list[str]:
     """The rows whose value is NaN or infinite, in words (``m, dataset 'd', fog s3: top1 = inf``)."""
-    return [f"{condition_text(r)}: {r['metric']} = {r['value']!r}" for r in rows
-            if r["value"] is not None and not math.isfinite(float(r["value"]))]
+    return [f"{condition_text(r)}: {r.metric} = {r.value!r}" for r in rows
+            if r.value is not None and not math.isfinite(float(r.value))]
 
 
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # JSON keeps them raw
@@ -223,36 +197,28 @@ def _dumps(value: Any, indent: int | None = None) -> str:
 
 
 def _exported_by() -> str:
-    import importlib.metadata
-
     try:
         return importlib.metadata.version("shiftbench")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 
 
-def _condition(r: dict[str, Any]) -> tuple[str, str, str, str, Any]:
-    return (r["model"], r.get("dataset", ""), r["shift"], params_key(r.get("params")), canonical(r["severity"]))
-
-
 # -- jsonl -----------------------------------------------------------------------------------------------
 
-def _write_jsonl(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def _write_jsonl(stage: Path, loaded: list[Run]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``samples.jsonl``: one line per (sample, condition, metric) with per-sample values, the sample's
     prediction and correct flag beside it where the store has predictions; a condition with predictions
     and no per-sample values (a store written before they were kept) gives lines with metric and value null."""
     notes = []
     with open(stage / SAMPLES_FILE, "w", encoding="utf-8", newline="\n") as fh:
-        for item in loaded:
-            run, rows, samples, predictions = item.run, item.rows, item.samples, item.predictions
-            rid = run["run_id"]
-            notes += item.caveats
+        for run in loaded:
+            rid = run.run_id
+            notes += _caveats(run)
             preds: dict[tuple, dict[str, Any]] = {}
-            for p in predictions:
-                key = (p["model"], p["shift"], params_key(p["params"]), canonical(p["severity"]))
-                preds.setdefault(key, {})[p["sample_id"]] = p["prediction"]
-            lacking = samples_caveat(item.keeps_samples, run, rows, samples)
-            if lacking and not samples:
+            for p in run.predictions:
+                preds.setdefault(p.key, {})[p.sample_id] = p.prediction
+            lacking = samples_caveat(run)
+            if lacking and not run.samples:
                 notes.append(f"run {rid}: {lacking}"
                              + (": lines from its predictions only, metric and value null" if preds else ": no lines"))
             elif lacking:
@@ -260,99 +226,85 @@ def _write_jsonl(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[st
             if not preds:
                 notes.append(f"run {rid}: no predictions (run without --log-samples): lines without prediction "
                              "or correct")
-            covered = set()
-            for s in samples:
-                cond = (s["model"], s["shift"], params_key(s["params"]), canonical(s["severity"]))
-                covered.add(cond)
-                by_id = preds.get(cond, {})
-                values = np.asarray(s["values"], dtype=np.float64)
-                for sid, value in zip(s["ids"], values):
-                    fh.write(_dumps(_line(rid, s, str(sid), s["metric"], s["kind"], _finite(value.tolist()),
-                                          by_id.get(str(sid)))) + "\n")
-            datasets = {(r["model"], r["shift"], params_key(r["params"]), canonical(r["severity"])): r["dataset"]
-                        for r in rows}
-            for cond, by_id in preds.items():
-                if cond in covered:
+            for s in run.samples:
+                by_id = preds.get(s.key, {})
+                for sid, value in zip(s.ids, np.asarray(s.values, dtype=np.float64)):
+                    fh.write(_dumps(_line(rid, s, str(sid), s, _finite(value.tolist()), by_id.get(str(sid)))) + "\n")
+            datasets = {r.key: r.dataset for r in run.rows}
+            covered = {s.key for s in run.samples}
+            for (model, shift, pk, severity), by_id in preds.items():
+                if (model, shift, pk, severity) in covered:
                     continue
-                model, shift, pk, severity = cond
-                base = {"model": model, "dataset": datasets.get(cond, ""), "shift": shift, "params": json.loads(pk),
-                        "severity": severity}
+                base = Condition(model, datasets.get((model, shift, pk, severity), ""), shift, json.loads(pk), severity)
                 for sid, prediction in by_id.items():
-                    fh.write(_dumps(_line(rid, base, sid, None, None, None, prediction)) + "\n")
-    return notes, {SAMPLES_FILE: {"runs": [item.run["run_id"] for item in loaded]}}
+                    fh.write(_dumps(_line(rid, base, sid, None, None, prediction)) + "\n")
+    return notes, {SAMPLES_FILE: {"runs": [run.run_id for run in loaded]}}
 
 
-def _line(run_id: str, cond: dict[str, Any], sample_id: str, metric: str | None, kind: str | None, value: Any,
+def _line(run_id: str, cond: Condition, sample_id: str, samples: Samples | None, value: Any,
           prediction: Any) -> dict[str, Any]:
-    line = {"run": run_id, "sample_id": sample_id, "model": cond["model"], "dataset": cond["dataset"],
-            "shift": cond["shift"], "params": cond["params"], "severity": canonical(cond["severity"]),
-            "metric": metric, "kind": kind, "value": value}
-    if prediction is not None:
-        line["prediction"] = prediction
-        if isinstance(prediction, dict) and isinstance(prediction.get("correct"), bool):
-            line["correct"] = prediction["correct"]
-    return line
+    """One line of samples.jsonl (``samples``: the per-sample values it is from, None for a prediction alone)."""
+    correct = prediction.get("correct") if isinstance(prediction, dict) else None
+    said = {} if prediction is None else {"prediction": prediction, **(
+        {"correct": correct} if isinstance(correct, bool) else {})}
+    return {"run": run_id, "sample_id": sample_id, "model": cond.model, "dataset": cond.dataset, "shift": cond.shift,
+            "params": cond.params, "severity": canonical(cond.severity), "metric": samples and samples.metric,
+            "kind": samples and samples.kind, "value": value, **said}
 
 
 # -- results ---------------------------------------------------------------------------------------------
 
-def _write_results(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def _write_results(stage: Path, loaded: list[Run]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``<run id>.json`` per run: the run, its provenance, every result row with its 95% CI (and its change
     against clean with that change's test), the failure points and the notes."""
     notes: list[str] = []
     names: dict[str, dict[str, Any]] = {}
-    stems = file_stems(item.run["run_id"] for item in loaded)
-    for item in loaded:
-        run, rows, samples = item.run, item.rows, item.samples
-        own = item.caveats + _results_notes(run, rows, samples, item.keeps_samples)
+    stems = file_stems(run.run_id for run in loaded)
+    for run in loaded:
+        own = _caveats(run) + _results_notes(run)
         notes += own
-        doc = results_document(run, rows, samples, own)
-        name = f"{stems[run['run_id']]}.json"
-        write_atomic(stage / name, _dumps(doc, indent=1) + "\n")
-        names[name] = {"run": run["run_id"]}
+        name = f"{stems[run.run_id]}.json"
+        write_atomic(stage / name, _dumps(results_document(run, own), indent=1) + "\n")
+        names[name] = {"run": run.run_id}
     return notes, names
 
 
-def _results_notes(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict[str, Any]],
-                   keeps_samples: bool = True) -> list[str]:
-    rid = run["run_id"]
+def _results_notes(run: Run) -> list[str]:
+    rid = run.run_id
     notes = []
-    lacking = samples_caveat(keeps_samples, run, rows, samples)
+    lacking = samples_caveat(run)
     if lacking:
         notes.append(f"run {rid}: {lacking}: "
-                     + ("no confidence intervals and no failure points" if not samples
+                     + ("no confidence intervals and no failure points" if not run.samples
                         else "their rows have no confidence interval"))
-    bad = _not_finite(rows)
+    bad = _not_finite(run.rows)
     if bad:
         notes.append(f"run {rid}: {plural(len(bad), 'value')} "
                      f"{'is not a finite number' if len(bad) == 1 else 'are not finite numbers'}, written as null "
                      f"(JSON has neither NaN nor infinity): {some(bad, 3)}")
-    if not run.get("identity"):
+    if not run.identity:
         notes.append(f"run {rid}: no run identity (a store written before shiftbench recorded it): "
                      "no weights hashes and no dataset fingerprint")
-    if not run.get("versions"):
+    if not run.versions:
         notes.append(f"run {rid}: no package versions recorded")
     return notes
 
 
-def results_document(run: dict[str, Any], rows: list[dict[str, Any]], samples: list[dict[str, Any]],
-                     notes: Sequence[str] = ()) -> dict[str, Any]:
+def results_document(run: Run, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The results export of one run as a dict (results.schema.json); CIs from :class:`.stats.Uncertainty`,
     seeded with the run's seed as in the report, failure points from :func:`.failure.failure_entries`."""
-    seed = int(run.get("seed") or 0)
-    unc = Uncertainty(samples, seed=seed) if samples else None
-    out_rows = [_result_row(r, unc) for r in rows]
+    unc = Uncertainty(run.samples, seed=run.seed) if run.samples else None
     return {
         "format": "shiftbench-results",
         "format_version": 1,
         "exported_by": _exported_by(),
-        "run": {k: run.get(k) for k in ("run_id", "name", "status", "seed", "started", "finished")},
+        "run": {k: getattr(run, k) for k in ("run_id", "name", "status", "seed", "started", "finished")},
         "baseline": generated_baseline(run) or CLEAN,
         "provenance": _provenance(run),
         "ci_method": ("95% percentile bootstrap over sample ids (1000 resamples, seeded by the run's seed), as the "
                       "report; the change against clean: " + NOISE_RULE),
-        "rows": out_rows,
-        "failure_points": _failure_points(rows, samples, seed),
+        "rows": [_result_row(r, unc) for r in run.rows],
+        "failure_points": _failure_points(run.rows, run.samples, run.seed),
         "notes": list(notes),
     }
 
@@ -363,96 +315,68 @@ def _interval(low: Any, high: Any) -> dict[str, Any] | None:
     return {"low": _finite(low), "high": _finite(high)}
 
 
-def _result_row(r: dict[str, Any], unc: Uncertainty | None) -> dict[str, Any]:
-    extra = r.get("extra") or {}
-    row = {"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": r["params"],
-           "severity": canonical(r["severity"]), "metric": r["metric"], "value": _finite(r["value"]), "n": r["n"],
-           "higher_is_better": bool(extra.get("higher_is_better", True)), "ci95": None, "change": None}
-    extra = {k: v for k, v in extra.items() if k not in ("metric", "higher_is_better")}  # said by the row itself
-    if extra:
-        row["extra"] = _finite_tree(extra)
-    if unc is None or r["value"] is None or not unc.has(r["model"], r["metric"]):
-        return row
-    res = unc.aggregate(r["model"], r["metric"], [(r["shift"], r["params"], r["severity"])], against_clean=True)
-    if res is None:
-        return row
-    row["ci95"] = _interval(res["low"], res["high"])
-    if res.get("delta") is not None:
-        row["change"] = {"value": _finite(res["delta"]), "ci95": _interval(res["delta_low"], res["delta_high"]),
-                         "p_value": _finite(res["p_value"]), "within_noise": res["noise"], "test": res["test"]}
-    return row
+def _result_row(r: Row, unc: Uncertainty | None) -> dict[str, Any]:
+    extra = {k: v for k, v in (r.extra or {}).items() if k not in ("metric", "higher_is_better")}  # said by the row
+    res = None if unc is None or r.value is None or not unc.has(r.model, r.metric) else \
+        unc.aggregate(r.model, r.metric, [(r.shift, r.params, r.severity)], against_clean=True)
+    ci95, change = (None, None) if res is None else (_interval(res["low"], res["high"]), _change(res))
+    return {"model": r.model, "dataset": r.dataset, "shift": r.shift, "params": r.params,
+            "severity": canonical(r.severity), "metric": r.metric, "value": _finite(r.value), "n": r.n,
+            "higher_is_better": r.higher_is_better, "ci95": ci95, "change": change,
+            **({"extra": _finite(extra)} if extra else {})}
 
 
-def _finite_tree(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _finite_tree(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_tree(v) for v in value]
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-        return _finite(value)
-    return value
+def _change(res: dict[str, Any]) -> dict[str, Any] | None:
+    """A row's change against clean with its test (results.schema.json ``change``), from Uncertainty.aggregate."""
+    if res.get("delta") is None:
+        return None
+    return {"value": _finite(res["delta"]), "ci95": _interval(res["delta_low"], res["delta_high"]),
+            "p_value": _finite(res["p_value"]), "within_noise": res["noise"], "test": res["test"]}
 
 
-def _provenance(run: dict[str, Any]) -> dict[str, Any]:
+def _provenance(run: Run) -> dict[str, Any]:
     """What decided the numbers, as the store recorded it (the report's "Provenance and spec")."""
-    identity = run.get("identity") or {}
-    weights = None
-    if identity.get("models") is not None:
-        weights = {}
-        for name, fp in sorted(identity["models"].items()):
-            entry = {"sha256": fp.get("weights"), "from": fp.get("from")}
-            if fp.get("files"):
-                entry["files"] = list(fp["files"])
-            weights[name] = entry
-    return {
-        "spec": run.get("spec"),
-        "spec_hash": run.get("spec_hash"),
-        "seed": run.get("seed"),
-        "versions": run.get("versions") or {},
-        "shiftbench": identity.get("shiftbench") or (run.get("versions") or {}).get("shiftbench"),
-        "git_hash": run.get("git_hash"),
-        "host": run.get("host"),
-        "weights": weights,
-        "dataset": identity.get("dataset"),
-        "ids": identity.get("ids"),
-        "skipped": run.get("skipped") or [],
-        "curation": run.get("curation"),
-    }
+    identity, weights = run.identity or {}, run.weights
+    if weights is not None:
+        weights = {name: {"sha256": w.sha256, "from": w.origin, **({"files": list(w.files)} if w.files else {})}
+                   for name, w in sorted(weights.items())}
+    return {"spec": run.spec, "spec_hash": run.spec_hash, "seed": run.seed, "versions": run.versions or {},
+            "shiftbench": run.version, "git_hash": run.git_hash, "host": run.host, "weights": weights,
+            "dataset": identity.get("dataset"), "ids": run.ids, "skipped": run.skipped or [], "curation": run.curation}
 
 
-def _failure_points(rows: list[dict[str, Any]], samples: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+def _failure_points(rows: list[Row], samples: list[Samples], seed: int) -> list[dict[str, Any]]:
     """The failure points (report/failure.py) of every higher-is-better metric with per-image values in [0, 1]."""
     if not samples:
         return []
-    higher = {r["metric"]: bool((r.get("extra") or {}).get("higher_is_better", True)) for r in rows}
-    metrics = sorted({s["metric"] for s in samples if s.get("kind") == "mean" and higher.get(s["metric"], False)})
+    higher = {r.metric: r.higher_is_better for r in rows}
+    metrics = sorted({s.metric for s in samples if s.kind == "mean" and higher.get(s.metric, False)})
     out = []
     for metric in metrics:
         for e in failure_entries(samples, metric, seed=seed):
-            point = {k: _finite(v) if not isinstance(v, (list, tuple)) else _finite(list(v))
-                     for k, v in asdict(e["point"]).items()}
-            out.append({"model": e["model"], "metric": metric, "shift": e["shift"], "params": e["params"],
-                        "group": e.get("group"), "scale": e["scale"],  # severities and point: on this scale
-                        "severities": [canonical(s) for s in e["severities"]], **point})
+            point = {k: _finite(v) for k, v in asdict(e.point).items()}
+            out.append({"model": e.model, "metric": metric, "shift": e.shift, "params": e.params, "group": e.group,
+                        "scale": e.scale,  # severities and point: on this scale
+                        "severities": [canonical(s) for s in e.severities], **point})
     return out
 
 
 # -- robustbench -----------------------------------------------------------------------------------------
 
-def _write_robustbench(stage: Path, loaded: list[_Loaded]) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def _write_robustbench(stage: Path, loaded: list[Run]) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """RobustBench's corruption layout per run: ``model_info/<dataset>/corruptions/<model>.json`` and
     ``unaggregated_results.csv`` beside them; with several runs each in a folder named by its run id."""
     notes: list[str] = []
     names: dict[str, dict[str, Any]] = {}
-    stems = file_stems(item.run["run_id"] for item in loaded)
-    for item in loaded:
-        rid = item.run["run_id"]
+    stems = file_stems(run.run_id for run in loaded)
+    for run in loaded:
+        rid = run.run_id
         prefix = "" if len(loaded) == 1 else f"{stems[rid]}/"
-        footnote = "; ".join(x for x in (f"partial run: {item.partial}" if item.partial else "",
-                                         f"measured on {item.origin}, not on clean images" if item.origin else "")
-                             if x)
-        files, own, behind = _robustbench(item.run, item.rows, footnote or None)
-        notes += item.caveats + own
+        partial, origin = unfinished(run.status, run.counts), generated_origin_text(run)
+        footnote = "; ".join(x for x in (f"partial run: {partial}" if partial else "",
+                                         f"measured on {origin}, not on clean images" if origin else "") if x)
+        files, own, behind = robustbench_files(run, footnote or None)
+        notes += _caveats(run) + own
         for rel, text in files.items():
             path = stage / (prefix + rel)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,67 +407,60 @@ def _architecture(spec: dict[str, Any], label: str) -> str:
     return label
 
 
-def robustbench_files(run: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[dict[str, str], list[str]]:
-    """The files of one run in RobustBench's layout, {relative path: text}, and the notes on what was left out.
-
-    Only top-1 counts, at ImageNet-C's 15 corruptions with their own parameters and whole severities 1-5;
-    ``corruptions_acc`` (the mean over all 75) only for a model that has every one of them."""
-    files, notes, _ = _robustbench(run, rows)
-    return files, notes
-
-
-def _generated_cell(run: dict[str, Any]) -> tuple[str, int] | None:
+def _generated_cell(run: Run) -> tuple[str, int] | None:
     """The (corruption, severity) of RobustBench's table that a generated folder's unshifted images are: one of
     ImageNet-C's 15 with its own parameters at a whole severity; None otherwise."""
-    origin = ((run.get("identity") or {}).get("dataset") or {}).get("generated") or {}
-    sev = canonical(origin.get("severity", 0))
-    if origin.get("shift") in ROBUSTBENCH_CORRUPTIONS and not origin.get("params") and sev in ROBUSTBENCH_SEVERITIES:
-        return origin["shift"], sev
+    origin = run.generated
+    if origin and origin.shift in ROBUSTBENCH_CORRUPTIONS and not origin.params \
+            and canonical(origin.severity) in ROBUSTBENCH_SEVERITIES:
+        return origin.shift, canonical(origin.severity)
     return None
 
 
-def _robustbench(run: dict[str, Any], rows: list[dict[str, Any]], footnote: str | None = None
-                 ) -> tuple[dict[str, str], list[str], dict[str, dict[str, Any]]]:
-    """:func:`robustbench_files` and, per file, the names behind its path ({"dataset", "model"}); ``footnote``:
-    what the entry's numbers are not, written as RobustBench's optional ``footnote`` (its leaderboard shows it
-    under the model's name)."""
-    rid = run["run_id"]
+def robustbench_files(run: Run, footnote: str | None = None
+                      ) -> tuple[dict[str, str], list[str], dict[str, dict[str, Any]]]:
+    """The files of one run in RobustBench's layout, {relative path: text}, the notes on what was left out, and per
+    file the names behind its path ({"dataset", "model"}). Only top-1 counts, at ImageNet-C's 15 corruptions with
+    their own parameters and whole severities 1-5; ``corruptions_acc`` (the mean over all 75) only for a model that
+    has every one of them. ``footnote``: what the entry's numbers are not, written as RobustBench's optional
+    ``footnote`` (its leaderboard shows it under the model's name)."""
+    rid = run.run_id
     notes: list[str] = []
-    top1 = [r for r in rows if r["metric"] == ROBUSTBENCH_METRIC]
+    top1 = [r for r in run.rows if r.metric == ROBUSTBENCH_METRIC]
     if not top1:
         return {}, [f"run {rid}: no top1 results: nothing in RobustBench's layout"], {}
     generated = generated_baseline(run)
     cell_of_base = _generated_cell(run) if generated else None
-    left: dict[str, set] = {"fractional": set(), "params": set(), "other": set(), "on top": set()}
+    left = _LeftOut()
     bad: dict[str, list[str]] = {}  # model -> conditions whose top1 is no accuracy (NaN, infinite, outside [0, 1])
     bad_clean: set[tuple[str, str]] = set()  # (dataset, model) whose clean top1 is no accuracy (said in that note)
     kept: dict[tuple[str, str], dict[Any, float | None]] = {}  # (dataset, model) -> {CLEAN or (corr, sev): value}
     for r in top1:
-        key = (r["dataset"], r["model"])
+        key = (r.dataset, r.model)
         cells = kept.setdefault(key, {})
-        sev = canonical(r["severity"])
-        if r["value"] is not None and not _accuracy(r["value"]):
-            if r["shift"] == CLEAN:
+        sev = canonical(r.severity)
+        if r.value is not None and not _accuracy(r.value):
+            if r.shift == CLEAN:
                 bad_clean.add(key)
-            bad.setdefault(r["model"], []).append(
-                (condition_label(r["shift"], r["params"]) + ("" if r["shift"] == CLEAN else f" s{severity_label(sev)}"))
-                + f" ({r['value']!r})")
+            bad.setdefault(r.model, []).append(
+                (condition_label(r.shift, r.params) + ("" if r.shift == CLEAN else f" s{severity_label(sev)}"))
+                + f" ({r.value!r})")
             continue
-        if r["shift"] == CLEAN and not r["params"]:
+        if r.shift == CLEAN and not r.params:
             if not generated:
-                cells[CLEAN] = r["value"]
-            elif cell_of_base is not None and r["value"] is not None:
-                cells[cell_of_base] = r["value"]  # the generated images are that corruption at that severity
+                cells[CLEAN] = r.value
+            elif cell_of_base is not None and r.value is not None:
+                cells[cell_of_base] = r.value  # the generated images are that corruption at that severity
         elif generated:
-            left["on top"].add(r["shift"])  # two shifts at once: not a cell of RobustBench's table
-        elif r["shift"] not in ROBUSTBENCH_CORRUPTIONS:
-            left["other"].add(r["shift"])
-        elif r["params"]:
-            left["params"].add(r["shift"])
+            left.on_top.add(r.shift)  # two shifts at once: not a cell of RobustBench's table
+        elif r.shift not in ROBUSTBENCH_CORRUPTIONS:
+            left.other.add(r.shift)
+        elif r.params:
+            left.params.add(r.shift)
         elif sev not in ROBUSTBENCH_SEVERITIES:
-            left["fractional"].add(sev)
-        elif r["value"] is not None:
-            cells[(r["shift"], sev)] = r["value"]
+            left.fractional.add(sev)
+        elif r.value is not None:
+            cells[(r.shift, sev)] = r.value
     notes += _left_out_notes(rid, generated, cell_of_base, left, bad)
     files: dict[str, str] = {}
     behind: dict[str, dict[str, Any]] = {}
@@ -559,19 +476,16 @@ def _robustbench(run: dict[str, Any], rows: list[dict[str, Any]], footnote: str 
             cells = kept[(dataset, model)]
             info: dict[str, Any] = {"link": "", "name": model, "authors": "", "additional_data": None,
                                     "number_forward_passes": 1, "dataset": folders[dataset], "venue": "",
-                                    "architecture": _architecture(run.get("spec") or {}, model), "eps": None}
+                                    "architecture": _architecture(run.spec or {}, model), "eps": None}
             where = f"run {rid}: {model}" + (f" on {dataset}" if len(datasets) > 1 else "")
-            if cells.get(CLEAN) is not None:
-                info["clean_acc"] = _percent(cells[CLEAN])
-            elif not generated and (dataset, model) not in bad_clean:  # else said above
+            clean, complete = cells.get(CLEAN), all(cell in cells for cell in _GRID)
+            if clean is None and not generated and (dataset, model) not in bad_clean:  # else said above
                 notes.append(f"{where}: clean_acc omitted: no clean top1")
-            info["reported"] = ""
-            if all(cell in cells for cell in _GRID):
-                info["corruptions_acc"] = _percent(float(np.mean([cells[cell] for cell in _GRID])))
-            else:
+            if not complete:
                 notes.append(f"{where}: corruptions_acc omitted: {_coverage(cells)}")
-            if footnote:
-                info["footnote"] = footnote
+            info.update({**({} if clean is None else {"clean_acc": _percent(clean)}), "reported": "",
+                         **({"corruptions_acc": _percent(float(np.mean([cells[c] for c in _GRID])))} if complete else {}),
+                         **({"footnote": footnote} if footnote else {})})
             files[f"{folder}/{stems[model]}.json"] = _dumps(info, indent=2) + "\n"
             behind[f"{folder}/{stems[model]}.json"] = {"dataset": dataset, "model": model}
             if any(cell in cells for cell in columns):
@@ -584,7 +498,17 @@ def _robustbench(run: dict[str, Any], rows: list[dict[str, Any]], footnote: str 
     return files, notes, behind
 
 
-def _left_out_notes(rid: str, generated: str | None, cell_of_base: Any, left: dict[str, set],
+@dataclass
+class _LeftOut:
+    """The top1 rows RobustBench's layout leaves out, by why: what each holds (shifts, or severities)."""
+
+    fractional: set = field(default_factory=set)
+    params: set = field(default_factory=set)
+    other: set = field(default_factory=set)
+    on_top: set = field(default_factory=set)
+
+
+def _left_out_notes(rid: str, generated: str | None, cell_of_base: Any, left: _LeftOut,
                     bad: dict[str, list[str]]) -> list[str]:
     """One note per kind of top1 the RobustBench layout leaves out (or moves, for a run on generated images)."""
     notes: list[str] = []
@@ -593,17 +517,17 @@ def _left_out_notes(rid: str, generated: str | None, cell_of_base: Any, left: di
                  "left out (not one of ImageNet-C's 15 corruptions as published at a whole severity 1-5)")
         notes.append(f"run {rid}: clean_acc omitted: what the run read unshifted are images generate made under "
                      f"{generated.removesuffix(' (generated)')}, not clean ones; their top1 is {where}")
-    if left["on top"]:
-        notes.append(f"run {rid}: {', '.join(sorted(left['on top']))} applied on top of those generated images left "
+    if left.on_top:
+        notes.append(f"run {rid}: {', '.join(sorted(left.on_top))} applied on top of those generated images left "
                      "out: two shifts at once are no cell of RobustBench's table")
-    if left["fractional"]:
-        shown = ", ".join(severity_label(s) for s in sorted(left["fractional"]))
+    if left.fractional:
+        shown = ", ".join(severity_label(s) for s in sorted(left.fractional))
         notes.append(f"run {rid}: top1 at severities {shown} left out: RobustBench's table takes whole severities 1-5")
-    if left["params"]:
-        notes.append(f"run {rid}: {', '.join(sorted(left['params']))} with parameters of their own left out: "
+    if left.params:
+        notes.append(f"run {rid}: {', '.join(sorted(left.params))} with parameters of their own left out: "
                      "RobustBench's table is ImageNet-C's corruptions as published")
-    if left["other"]:
-        notes.append(f"run {rid}: shifts outside ImageNet-C's 15 corruptions left out: {', '.join(sorted(left['other']))}")
+    if left.other:
+        notes.append(f"run {rid}: shifts outside ImageNet-C's 15 corruptions left out: {', '.join(sorted(left.other))}")
     for model, conditions in bad.items():
         notes.append(f"run {rid}: {model}: top1 not an accuracy in [0, 1], left out (an empty cell): "
                      f"{some(conditions, 3)}")
@@ -644,16 +568,6 @@ WRITERS = {"robustbench": _write_robustbench, "jsonl": _write_jsonl, "results": 
 
 # -- publishing ------------------------------------------------------------------------------------------
 
-def _earlier_export(out: Path) -> set[str]:
-    return read_files_record(out / EXPORT_RECORD, "export") or set()
-
-
-def _staged(stage: Path) -> Iterator[str]:
-    for path in sorted(stage.rglob("*")):
-        if path.is_file():
-            yield path.relative_to(stage).as_posix()
-
-
 def _earlier_names(out: Path) -> dict[str, Any]:
     try:
         found = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8")).get("names")
@@ -666,8 +580,8 @@ def _publish(stage: Path, out: Path, names: dict[str, dict[str, Any]] | None = N
     """Move the finished export from ``stage`` into ``out``; refuses, before moving anything, a file in the way
     that no earlier export wrote. Returns the files, relative to ``out``. The record lists every file exports
     wrote there and, per file, the full names (run, dataset, model) its path was made from (``names``)."""
-    files = list(_staged(stage))
-    earlier = _earlier_export(out)
+    files = [path.relative_to(stage).as_posix() for path in sorted(stage.rglob("*")) if path.is_file()]
+    earlier = read_files_record(out / EXPORT_RECORD, "export") or set()
     existing = [f for f in files if in_the_way(out, f)]
     foreign = [f for f in existing if not ((out / f).is_file() and not (out / f).is_symlink() and f in earlier)]
     if foreign:

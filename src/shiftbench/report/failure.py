@@ -23,19 +23,23 @@ only, and an export names the scale of every point.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..metrics.failure import failure_point
+from ..registry import SHIFTS, shift_info
+from ..results.records import Fields, Samples
 from ..results.store import params_key
 from ..severity import canonical
 from ..severity import label as severity_label
 from ..shifts.corruptions import GROUP_ORDER as _CORRUPTION_GROUPS
 from .tables import CLEAN, condition_label
 
-__all__ = ["failure_entries", "failure_blocks", "breaks_at", "failure_figures", "severity_scale", "CORRUPTION_FAMILIES",
-           "FRACTION", "SCALES"]
+__all__ = ["FailureEntry", "BreaksAt", "failure_entries", "failure_blocks", "breaks_at", "failure_figures",
+           "severity_scale", "CORRUPTION_FAMILIES", "FRACTION", "SCALES"]
 
 FRACTION = 0.5  # "breaks at": half of clean
 # the scales a failure point can be on, in the order the report shows them: (what a point is called, its range)
@@ -45,14 +49,29 @@ SCALES: dict[str, tuple[str, str]] = {"severity": ("severity", "1..5, clean at 0
 CORRUPTION_FAMILIES: tuple[str, ...] = (*_CORRUPTION_GROUPS, "cbar")
 
 
-def shift_group(shift: str) -> str | None:
-    """The registry's group of a shift ("noise", "blur", ..., "cbar"), None for one not registered."""
-    from ..registry import SHIFTS
+@dataclass(frozen=True)
+class FailureEntry(Fields):
+    """One curve with its failure point: a model under a shift and its params, measured at ``severities`` on
+    ``scale`` (``SCALES``), the shift's registry ``group``, and ``point`` (metrics.failure.failure_point)."""
 
-    if shift not in SHIFTS:
-        return None
-    group = SHIFTS.entry(shift).meta.get("group")
-    return None if group is None else str(group)
+    model: str
+    shift: str
+    params: dict[str, Any]
+    severities: list[Any]
+    scale: str
+    group: str | None
+    point: Any
+
+
+@dataclass(frozen=True)
+class BreaksAt(Fields):
+    """Where a model breaks first (:func:`breaks_at`): the ``entry`` of its earliest point, whether any curve
+    ``crossed``, over how many corruption curves, and their measured severities."""
+
+    entry: FailureEntry
+    crossed: bool
+    corruptions: int
+    severities: list[Any]
 
 
 def severity_scale(shift: str, params: dict[str, Any] | None) -> str:
@@ -66,7 +85,7 @@ def severity_scale(shift: str, params: dict[str, Any] | None) -> str:
     if shift == "chain" and isinstance(params.get("shifts"), list):
         free = [s for s in params["shifts"] if isinstance(s, dict) and s.get("severity") is None]
         return "level" if any(severity_scale(str(s.get("name")), s.get("params")) == "level" for s in free) else "severity"
-    return "level" if params.get("scale") == "level" and shift_group(shift) == "cbar" else "severity"
+    return "level" if params.get("scale") == "level" and shift_info(shift).family == "cbar" else "severity"
 
 
 def _scores(values: Any) -> np.ndarray | None:
@@ -74,23 +93,20 @@ def _scores(values: Any) -> np.ndarray | None:
     return x if x.ndim == 1 and np.all(np.isfinite(x)) and (x.size == 0 or (x.min() >= 0 and x.max() <= 1)) else None
 
 
-def failure_entries(samples: Sequence[dict[str, Any]], metric: str, fraction: float = FRACTION,
-                    seed: int = 0) -> list[dict[str, Any]]:
-    """One entry per (model, shift, params) with a curve: ``{"model", "shift", "params", "severities", "scale",
-    "group", "point"}``, ranked by scale (``SCALES``' order), then crossed first, earliest point first, then the
+def failure_entries(samples: Sequence[Samples], metric: str, fraction: float = FRACTION,
+                    seed: int = 0) -> list[FailureEntry]:
+    """One :class:`FailureEntry` per (model, shift, params) with a curve, ranked by scale (``SCALES``' order), then crossed first, earliest point first, then the
     ones that never cross, most likely to cross first. ``severities``: the measured points of the curve on its
     ``scale`` (on the level scale, level 0 among them when measured)."""
-    from ..metrics.failure import failure_point
 
     # keyed by the exact severity: 2.5 is its own point of the curve, never merged into 2
-    per = {(s["model"], s["shift"], params_key(s["params"]), canonical(s["severity"])): s for s in samples
-           if s["metric"] == metric and s.get("kind") == "mean"}
+    per = {s.key: s for s in samples if s.metric == metric and s.kind == "mean"}
     curves: dict[tuple[str, str, str], list[int | float]] = {}
     scales: dict[tuple[str, str, str], str] = {}
     for (model, shift, pk, severity), s in per.items():
         if shift == CLEAN:
             continue
-        scale = scales.setdefault((model, shift, pk), severity_scale(shift, s["params"]))
+        scale = scales.setdefault((model, shift, pk), severity_scale(shift, s.params))
         if severity > 0 or (scale == "level" and severity == 0):  # a level 0 is measured; a severity 0 is clean
             curves.setdefault((model, shift, pk), []).append(severity)
     entries = []
@@ -100,15 +116,15 @@ def failure_entries(samples: Sequence[dict[str, Any]], metric: str, fraction: fl
         scale = scales[(model, shift, pk)]
         if clean is None or len(severities) < 2:
             continue
-        clean_values = _scores(clean["values"])
-        ids = list(clean["ids"])
+        clean_values = _scores(clean.values)
+        ids = list(clean.ids)
         rows = []
         for sev in severities:
             s = per[(model, shift, pk, sev)]
-            values = _scores(s["values"])
-            if values is None or len(values) != len(s["ids"]):
+            values = _scores(s.values)
+            if values is None or len(values) != len(s.ids):
                 break  # not per-image scores in [0, 1]: no failure point
-            by_id = dict(zip(s["ids"], values))
+            by_id = dict(zip(s.ids, values))
             if set(by_id) != set(ids):  # another image set (a skipped sample): no paired curve
                 break
             rows.append([by_id[i] for i in ids])
@@ -116,17 +132,11 @@ def failure_entries(samples: Sequence[dict[str, Any]], metric: str, fraction: fl
             continue
         point = failure_point(severities, clean_values, np.asarray(rows), fraction, seed=seed,
                               from_clean=scale != "level")
-        entries.append({"model": model, "shift": shift, "params": per[(model, shift, pk, severities[0])]["params"],
-                        "severities": severities, "scale": scale, "group": shift_group(shift), "point": point})
+        entries.append(FailureEntry(model, shift, per[(model, shift, pk, severities[0])].params, severities, scale,
+                                    shift_info(shift).family, point))
     order = list(SCALES)
-    return sorted(entries, key=lambda e: (order.index(e["scale"]), not e["point"].crossed,
-                                          e["point"].severity if e["point"].crossed else -e["point"].p_crossed,
-                                          e["model"], e["shift"]))
-
-
-def _scale_of(entry: dict[str, Any]) -> str:
-    """An entry's scale (an entry built before scales were named: from its shift and params)."""
-    return str(entry.get("scale") or severity_scale(entry["shift"], entry.get("params")))
+    return sorted(entries, key=lambda e: (order.index(e.scale), not e.point.crossed,
+                                          e.point.severity if e.point.crossed else -e.point.p_crossed, e.model, e.shift))
 
 
 def _at_first(point: Any, severities: Sequence[float]) -> bool:
@@ -151,7 +161,7 @@ def _curve_text(severities: Sequence[Any], curve: Sequence[float], scale: float,
     return ", ".join(f"{severity_label(s)}: {scale * v:.1f}" for s, v in zip(severities, curve))
 
 
-def failure_blocks(entries: Sequence[dict[str, Any]], metric: str, fraction: float = FRACTION) -> list[dict[str, Any]]:
+def failure_blocks(entries: Sequence[FailureEntry], metric: str, fraction: float = FRACTION) -> list[dict[str, Any]]:
     """The report's blocks (report.blocks) for the failure points: a paragraph and one ranked table per scale
     (``SCALES``; the 1..5 severities first): a level of C-bar's 0..10 scale never sits in a severity column."""
     if not entries:
@@ -159,17 +169,17 @@ def failure_blocks(entries: Sequence[dict[str, Any]], metric: str, fraction: flo
     scale = 100.0 if _percent(metric) else 1.0
     blocks: list[dict[str, Any]] = []
     for on in SCALES:
-        mine = [e for e in entries if _scale_of(e) == on]
+        mine = [e for e in entries if e.scale == on]
         if not mine:
             continue
         head = ["rank", "model", "shift", f"breaks at ({on} where {metric} <= {fraction:g} x clean) [95% CI]",
                 f"clean {metric}", f"{metric} at each {on}", "share of resamples that cross"]
         body = []
         for rank, e in enumerate(mine, 1):
-            p = e["point"]
-            params = f" {e['params']}" if e["params"] else ""
-            body.append([str(rank), e["model"], f"{e['shift']}{params}", _severity_text(p, e["severities"], on),
-                         f"{scale * p.clean:.1f}", _curve_text(e["severities"], p.curve, scale, on), f"{p.p_crossed:.2f}"])
+            p = e.point
+            params = f" {e.params}" if e.params else ""
+            body.append([str(rank), e.model, f"{e.shift}{params}", _severity_text(p, e.severities, on),
+                         f"{scale * p.clean:.1f}", _curve_text(e.severities, p.curve, scale, on), f"{p.p_crossed:.2f}"])
         if on == "severity":
             text = (f"Where each model breaks: the severity at which {metric} falls to {fraction:g} x its clean value, "
                     "linear between the measured severities (from clean at severity 0 when the first one is already "
@@ -193,55 +203,53 @@ def _percent(metric: str) -> bool:
     return metric.startswith(("top", "acc")) or metric in ("miou", "R@10")
 
 
-def _corruptions(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in entries if e.get("group", shift_group(e["shift"])) in CORRUPTION_FAMILIES]
+def _corruptions(entries: Sequence[FailureEntry]) -> list[FailureEntry]:
+    return [e for e in entries if e.group in CORRUPTION_FAMILIES]
 
 
-def breaks_at(entries: Sequence[dict[str, Any]], model: str) -> dict[str, Any] | None:
-    """Where ``model`` breaks first over the run's corruptions (the headline's "breaks at"): ``{"entry",
-    "crossed", "corruptions", "severities"}`` with the entry of the earliest failure point (ties: the first in
+def breaks_at(entries: Sequence[FailureEntry], model: str) -> BreaksAt | None:
+    """Where ``model`` breaks first over the run's corruptions (the headline's "breaks at"): a :class:`BreaksAt`
+    with the entry of the earliest failure point (ties: the first in
     :func:`failure_entries`' ranking), or, when no curve crosses, ``crossed`` False and the entry most likely
     to (``entry`` then only says which); None when the model has no corruption curve. On the 1..5 severity
     scale only: a C-bar level (0..10) is no severity, so level-scale curves never compete here."""
-    mine = [e for e in _corruptions(entries) if e["model"] == model and _scale_of(e) == "severity"]
+    mine = [e for e in _corruptions(entries) if e.model == model and e.scale == "severity"]
     if not mine:
         return None
-    crossed = [e for e in mine if e["point"].crossed]
-    first = min(crossed, key=lambda e: e["point"].severity) if crossed else mine[0]
-    return {"entry": first, "crossed": bool(crossed), "corruptions": len(mine),
-            "severities": sorted({s for e in mine for s in e["severities"]})}
+    crossed = [e for e in mine if e.point.crossed]
+    first = min(crossed, key=lambda e: e.point.severity) if crossed else mine[0]
+    return BreaksAt(first, bool(crossed), len(mine), sorted({s for e in mine for s in e.severities}))
 
 
-def breaks_at_text(found: dict[str, Any] | None) -> str:
+def breaks_at_text(found: BreaksAt | None) -> str:
     """The headline cell's text: ``2.7 (zoom_blur)``, ``never`` or ``–`` (no curve)."""
     if found is None:
         return "–"
-    if not found["crossed"]:
+    if not found.crossed:
         return "never"
-    e = found["entry"]
-    return f"{e['point'].severity:.1f} ({condition_label(e['shift'], e['params'])})"
+    return f"{found.entry.point.severity:.1f} ({condition_label(found.entry.shift, found.entry.params)})"
 
 
-def breaks_at_title(found: dict[str, Any] | None, metric: str, fraction: float = FRACTION) -> str:
+def breaks_at_title(found: BreaksAt | None, metric: str, fraction: float = FRACTION) -> str:
     """The headline cell's hover text: the point with its CI and clean value, or why there is none."""
     if found is None:
         return (f"no corruption measured at two or more severities (1..5) with per-sample {metric} values: no failure "
                 "point (C-bar's level-scale curves are in Failure points, on their own scale)")
     scale = 100.0 if _percent(metric) else 1.0
-    sev = found["severities"]
-    over = (f"over {found['corruptions']} corruption curve{'s' if found['corruptions'] != 1 else ''} "
+    sev = found.severities
+    over = (f"over {found.corruptions} corruption curve{'s' if found.corruptions != 1 else ''} "
             f"(severities {severity_label(sev[0])}-{severity_label(sev[-1])}, {len(sev)} measured)")
-    if not found["crossed"]:
+    if not found.crossed:
         return (f"{metric} stays above {fraction:g} x clean at every measured severity {over}; see Failure points")
-    e = found["entry"]
-    p = e["point"]
+    e = found.entry
+    p = e.point
     high = "beyond the range" if math.isinf(p.high) else f"{p.high:.2f}"
     return (f"{metric} falls to {fraction:g} x clean ({scale * p.clean:.1f} -> {scale * p.target:.1f}) at severity "
-            f"{p.severity:.2f} [95% CI {p.low:.2f}, {high}] under {condition_label(e['shift'], e['params'])}: the "
+            f"{p.severity:.2f} [95% CI {p.low:.2f}, {high}] under {condition_label(e.shift, e.params)}: the "
             f"earliest {over}, linear between measured severities; see Failure points")
 
 
-def failure_figures(entries: Sequence[dict[str, Any]], metric: str, out: Path, prefix: str,
+def failure_figures(entries: Sequence[FailureEntry], metric: str, out: Path, prefix: str,
                     save: Callable[..., dict[str, str]], fraction: float = FRACTION) -> list[dict[str, str]]:
     """One figure per corruption family present (``{prefix}failure_{family}.png``): a panel per corruption,
     in it each model's metric against severity (clean at 0, every measured severity at its own x, fractional
@@ -255,22 +263,19 @@ def failure_figures(entries: Sequence[dict[str, Any]], metric: str, out: Path, p
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..registry import SHIFTS
-
     order = {e.name: i for i, e in enumerate(SHIFTS.entries())}
     scale = 100.0 if _percent(metric) else 1.0
     unit = " (%)" if _percent(metric) else ""
-    models = list(dict.fromkeys(e["model"] for e in sorted(mine, key=lambda e: e["model"])))
+    models = list(dict.fromkeys(e.model for e in sorted(mine, key=lambda e: e.model)))
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(models)}
     figures = []
     for family in CORRUPTION_FAMILIES:
-        fam = [e for e in mine if e.get("group", shift_group(e["shift"])) == family]
+        fam = [e for e in mine if e.group == family]
         if not fam:
             continue
-        panels: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for e in sorted(fam, key=lambda e: (order.get(e["shift"], len(order)), e["shift"],
-                                            params_key(e["params"]), e["model"])):
-            panels.setdefault((e["shift"], params_key(e["params"])), []).append(e)
+        panels: dict[tuple[str, str], list[FailureEntry]] = {}
+        for e in sorted(fam, key=lambda e: (order.get(e.shift, len(order)), e.shift, params_key(e.params), e.model)):
+            panels.setdefault((e.shift, params_key(e.params)), []).append(e)
         k = len(panels)
         ncols = min(k, 5)
         nrows = math.ceil(k / ncols)
@@ -279,24 +284,24 @@ def failure_figures(entries: Sequence[dict[str, Any]], metric: str, out: Path, p
             ax.axis("off")
         for ax, ((shift, _), curves) in zip(axes.flat, panels.items()):
             top = 0.0
-            on_levels = _scale_of(curves[0]) == "level"  # a panel is one (shift, params): one scale
+            on_levels = curves[0].scale == "level"  # a panel is one (shift, params): one scale
             for e in curves:
-                p, colour = e["point"], colours[e["model"]]
-                measured = [float(s) for s in e["severities"]]
+                p, colour = e.point, colours[e.model]
+                measured = [float(s) for s in e.severities]
                 if on_levels:  # the measured levels alone (0 among them): clean is no point of this scale
                     xs, ys = measured, scale * np.asarray(p.curve)
                     ax.axhline(scale * p.clean, color=colour, ls=":", lw=0.9)
                 else:
                     xs, ys = [0.0] + measured, scale * np.asarray((p.clean, *p.curve))
-                ax.plot(xs, ys, color=colour, marker="o", ms=2.5, lw=1.3, label=e["model"])
+                ax.plot(xs, ys, color=colour, marker="o", ms=2.5, lw=1.3, label=e.model)
                 ax.fill_between(measured, scale * np.asarray(p.band_low), scale * np.asarray(p.band_high),
                                 color=colour, alpha=0.18, lw=0)
                 ax.axhline(scale * p.target, color=colour, ls="--", lw=0.9)
                 if p.crossed:
                     ax.plot([p.severity], [scale * p.target], color=colour, marker="x", ms=7, mew=1.8)
-                top = max(top, float(e["severities"][-1]))
+                top = max(top, float(e.severities[-1]))
             ax.set_xticks(range(0, math.ceil(top) + 1))
-            ax.set_title(condition_label(shift, curves[0]["params"]), fontsize=8)
+            ax.set_title(condition_label(shift, curves[0].params), fontsize=8)
             ax.set_xlabel("C-bar level (0..10, measured; dotted: clean)" if on_levels else "severity (0 = clean)",
                           fontsize=7)
             ax.tick_params(labelsize=7)
@@ -306,7 +311,7 @@ def failure_figures(entries: Sequence[dict[str, Any]], metric: str, out: Path, p
         handles = [plt.Line2D([], [], color=colours[m], marker="o", ms=3, lw=1.3, label=m) for m in models]
         handles.append(plt.Line2D([], [], color="0.3", ls="--", lw=0.9, label=f"{fraction:g} x clean"))
         handles.append(plt.Line2D([], [], color="0.3", ls="", marker="x", ms=6, mew=1.6, label="breaks at"))
-        levels = any(_scale_of(e) == "level" for e in fam)
+        levels = any(e.scale == "level" for e in fam)
         if levels:
             handles.append(plt.Line2D([], [], color="0.3", ls=":", lw=0.9, label="clean (level panels)"))
         fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)

@@ -10,25 +10,34 @@ headline (metrics/shape_bias.py) adds the share of cue decisions and the single-
 change is shifted minus clean; every number carries its n, and with an :class:`Uncertainty` its 95% CI,
 its p-value and its noise mark, all three from one test named in the cell (``report.stats``).
 
-Pure functions over rows and tables (no I/O); the HTML template renders the returned dicts as they are.
+Pure functions over typed rows (results.records.Row) and tables (no I/O). A :class:`Headline`'s cells are
+numbers (:class:`HeadCell`: value, interval, n, the change and its test); text is made only when a table is
+written, from each cell's ``text``, ``ci``, ``title`` and ``cls`` (the HTML template, the terminal, the
+leaderboard); the leaderboard ranks and finds ties on the numbers.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Iterable, NamedTuple, Sequence
 
-from ..metrics.robustness import IMAGENET_C_CORRUPTIONS
-from ..results.store import params_key
+from ..condition import Condition, params_key
+from ..metrics.robustness import IMAGENET_C_CORRUPTIONS, mean_corruption_error, relative_mean_corruption_error
+from ..registry import shift_info
+from ..results.records import Row
 from ..severity import canonical
 from ..severity import label as severity_label
+from .failure import FRACTION, BreaksAt, FailureEntry, breaks_at, breaks_at_text, breaks_at_title
 from .objectcompose import (ATTACKS, CONTROLS, CUSTOM_FAMILIES, NATURAL_FAMILIES, ROLE_GROUPS, SYNTHETIC_FAMILIES,
                             family_of, role_of)
-from .tables import CLEAN, Table
+from .pascal_ea import attribute_value
+from .tables import CLEAN, Table, fmt
 
 __all__ = ["natural_key", "order_tables", "headline_table", "headline", "imagenet_c_coverage", "NATURAL_FAMILIES",
-           "SYNTHETIC_FAMILIES", "CONTROLS", "ATTACKS"]
+           "SYNTHETIC_FAMILIES", "CONTROLS", "ATTACKS", "Headline", "HeadCell", "Column"]
 
 # ObjectCompose families in the headline's order: natural scenes, synthetic (colour, texture) backgrounds,
 # custom prompts, then the two masking controls and the attack, never mixed (report.objectcompose's roles)
@@ -65,9 +74,7 @@ def order_tables(tables: Sequence[Table], preferred: Sequence[str]) -> list[Tabl
 def headline_table(tables: Sequence[Table], preferred: Sequence[str]) -> Table | None:
     """The metric the headline, heat map and severity curves use: R@10 for retrieval, else the spec's first."""
     by_name = {t.metric: t for t in tables}
-    if "R@10" in by_name:
-        return by_name["R@10"]
-    for name in preferred:
+    for name in ("R@10", *preferred):
         if name in by_name:
             return by_name[name]
     return tables[0] if tables else None
@@ -78,157 +85,248 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _fmt(v: float | None, percent: bool, signed: bool = False) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    v = 100.0 * v if percent else v
-    digits = 1 if percent else 3
-    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+def _n_line(n: int | None) -> str:
+    return f"n = {n} samples per condition" if n else "n not recorded"
 
 
-def _cell(value: float | None, *, percent: bool, n: int | None, what: str, delta: float | None = None,
-          higher_is_better: bool = True, stats: dict[str, Any] | None = None, digits_note: str = "") -> dict[str, Any]:
-    """A headline cell: text "value (change)", a CI line, the noise mark, and a tooltip with n and the test."""
-    if stats:  # the bootstrap aggregate replaces the plain mean (same statistic, plus its interval)
-        value = stats.get("value", value)
-        delta = stats.get("delta", delta) if stats.get("delta") is not None else delta
-        n = stats.get("n", n)
-    text = _fmt(value, percent)
-    if delta is not None:
-        text += f" ({_fmt(delta, percent, signed=True)})"
-    title = [what, f"n = {n} samples per condition" if n else "n not recorded"]
-    if digits_note:
-        title.append(digits_note)
-    ci, cls = "", ""
-    if stats and stats.get("low") is not None and stats.get("high") is not None:
-        ci = f"[{_fmt(stats['low'], percent)}, {_fmt(stats['high'], percent)}]"
-        title.append(f"95% bootstrap CI of the value {ci}")
-    test = (stats or {}).get("test") or "paired test"
-    if stats and stats.get("delta_low") is not None and stats.get("delta_high") is not None:
-        title.append(f"95% CI of the change [{_fmt(stats['delta_low'], percent, True)}, "
-                     f"{_fmt(stats['delta_high'], percent, True)}] ({test})")
-    if stats and stats.get("p_value") is not None:
-        title.append(f"p = {stats['p_value']:.3g} ({test}, against clean)")
-    noise = bool(stats and stats.get("noise"))
-    if noise:
-        text += " ≈"
-        cls = "noise"
-        title.append(f"≈: within noise, p >= 0.05 ({test})")
-    elif delta is not None and delta != 0:
-        cls = "down" if (delta < 0) == higher_is_better else "up"
-    return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": n}
+@dataclass(frozen=True)
+class HeadCell:
+    """A headline cell as numbers: ``value`` with its 95% CI (``low``, ``high``) and ``n``; against clean its
+    change ``delta`` with the change's CI, p-value and noise mark from one named ``test`` (report.stats).
+    Writers show it through ``text``, ``ci``, ``title`` and ``cls``; the leaderboard ranks on ``rank_value``."""
+
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    n: int | None = None
+    delta: float | None = None
+    delta_low: float | None = None
+    delta_high: float | None = None
+    p_value: float | None = None
+    noise: bool | None = None
+    test: str | None = None
+    percent: bool = False  # fractions, shown x100 with one digit (else three digits)
+    what: str = ""  # the hover's first part: what the number is
+    note: str = ""  # a hover line after n (mCE: over how many corruptions)
+    higher_is_better: bool = True
+    change: str = "the change"  # what delta_low..delta_high bound (γ@10: the paired change in R@10)
+
+    @classmethod
+    def of(cls, stats: dict[str, Any] | None, keep: Sequence[str] = (), **fields: Any) -> HeadCell:
+        """``fields``, a report.stats result's numbers (``diff``: the value) over them but for those in ``keep``."""
+        known = {("value" if k == "diff" else k): v for k, v in (stats or {}).items() if v is not None}
+        return cls(**fields | {k: v for k, v in known.items() if k not in keep})
+
+    @property
+    def rank_value(self) -> float | None:
+        """The number a ranking orders by: the value, None when there is none or it is not finite."""
+        return self.value if self.value is not None and math.isfinite(self.value) else None
+
+    @property
+    def shown(self) -> float | None:
+        """The value as its text shows it (rounded to the digits shown): the HTML's sort key."""
+        v = self.rank_value
+        return None if v is None else round(float(100.0 * v if self.percent else v), 1 if self.percent else 3)
+
+    text = property(lambda self: self._parts()[0])
+    ci = property(lambda self: self._parts()[1])
+    title = property(lambda self: self._parts()[2])
+    cls = property(lambda self: self._parts()[3])
+
+    def _interval(self, low: float | None, high: float | None, signed: bool = False) -> str:
+        shown = (fmt(low, self.percent, signed), fmt(high, self.percent, signed))
+        return f"[{shown[0]}, {shown[1]}]" if low is not None and high is not None else ""
+
+    def _mark(self, text: str) -> str:
+        return text + (" ≈" if self.noise else "")
+
+    def _parts(self) -> tuple[str, str, str, str]:
+        """(text, ci, title, cls): "value (change)", the CI line, the hover with n and the test, the colour."""
+        test, ci = self.test or "paired test", self._interval(self.low, self.high)
+        lines = [self.what, _n_line(self.n)] + ([self.note] if self.note else [])
+        lines += [f"95% bootstrap CI of the value {ci}"] if ci else []
+        if self.delta_low is not None and self.delta_high is not None:
+            lines.append(f"95% CI of {self.change} {self._interval(self.delta_low, self.delta_high, True)} ({test})")
+        lines += [f"p = {self.p_value:.3g} ({test}, against clean)"] if self.p_value is not None else []
+        lines += [f"≈: within noise, p >= 0.05 ({test})"] if self.noise else []
+        change = f" ({fmt(self.delta, self.percent, True)})" if self.delta is not None else ""
+        cls = ("noise" if self.noise else "" if self.delta is None or self.delta == 0
+               else "down" if (self.delta < 0) == self.higher_is_better else "up")
+        return self._mark(fmt(self.value, self.percent) + change), ci, "; ".join(lines), cls
 
 
-def _conditions(rows: Sequence[dict[str, Any]]) -> list[tuple[str, dict, int | float]]:
-    seen: dict[tuple, tuple[str, dict, int | float]] = {}
-    for r in rows:
-        severity = canonical(r["severity"])  # 2.5 is its own condition, never merged into 2
-        seen.setdefault((r["shift"], params_key(r["params"]), severity),
-                        (r["shift"], dict(r["params"] or {}), severity))
+@dataclass(frozen=True)
+class GapCell(HeadCell):
+    """The BG-Gap of a model, Mixed-Same minus Mixed-Rand (``same``, ``rand``: their means), signed, with the
+    paired 95% CI of the gap in ``low``/``high``."""
+
+    same: float | None = None
+    rand: float | None = None
+
+    def _parts(self) -> tuple[str, str, str, str]:
+        if self.value is None:
+            return "–", "", "", ""
+        test = self.test or "paired test"
+        ci = self._interval(self.low, self.high, signed=True) if self.low is not None else ""
+        lines = [f"BG-Gap = Mixed-Same {fmt(self.same, self.percent)} - Mixed-Rand {fmt(self.rand, self.percent)}"
+                 + (" points" if self.percent else ""), _n_line(self.n)]
+        if self.low is not None:
+            lines.append(f"95% CI {ci} ({test})")
+            if self.p_value is not None:
+                lines.append(f"p = {self.p_value:.3g} ({test}, Mixed-Same against Mixed-Rand)")
+        lines += [f"≈: the gap is within noise, p >= 0.05 ({test})"] if self.noise else []
+        cls = "noise" if self.noise else "down" if self.value > 0 else "up" if self.value < 0 else ""
+        return self._mark(fmt(self.value, self.percent, True)), ci, "; ".join(lines), cls
+
+
+@dataclass(frozen=True)
+class PairCell(HeadCell):
+    """One model minus the run's first on the same samples (``what``: who minus whom, under which column)."""
+
+    def _parts(self) -> tuple[str, str, str, str]:
+        if self.value is None:
+            return "–", "", "", ""
+        ci, p = self._interval(self.low, self.high, signed=True), self.p_value
+        title = (f"{self.what}: paired over n = {self.n} samples" + (f"; 95% CI {ci}" if ci else "")
+                 + (f", p = {p:.3g}" if p is not None else "") + f" ({self.test or 'paired test'})"
+                 + ("; ≈ within noise, p >= 0.05" if self.noise else ""))
+        cls = "noise" if self.noise else "up" if self.value > 0 else "down" if self.value < 0 else ""
+        return self._mark(fmt(self.value, self.percent, True)), ci, title, cls
+
+
+@dataclass(frozen=True)
+class BreaksCell(HeadCell):
+    """A model's "breaks at" (report.failure.breaks_at): the earliest failure severity over the corruptions and
+    its 95% CI; ``value`` inf (CI from the last measured severity to inf) when no curve gets there."""
+
+    found: BreaksAt | None = field(default=None, compare=False)
+
+    @classmethod
+    def at(cls, failures: Sequence[FailureEntry], model: str, metric: str) -> BreaksCell:
+        found = breaks_at(failures, model)
+        if found is None:
+            return cls(what=metric)
+        point = found.entry.point
+        if not found.crossed:  # never within the measured severities: somewhere beyond the last one
+            return cls(math.inf, float(found.severities[-1]), math.inf, point.n, what=metric, found=found)
+        return cls(point.severity, float(point.low), float(point.high), point.n, what=metric, found=found)
+
+    rank_value = property(lambda self: self.value)
+    shown = property(lambda self: None if self.value is None else round(float(self.value), 1))
+
+    def _parts(self) -> tuple[str, str, str, str]:
+        crossed = self.value is not None and math.isfinite(self.value)
+        return breaks_at_text(self.found), "", breaks_at_title(self.found, self.what), "down" if crossed else ""
+
+
+Column = NamedTuple("Column", [("group", str), ("head", str), ("title", str)])
+HeadRow = NamedTuple("HeadRow", [("model", str), ("n", "int | None"), ("cells", "list[HeadCell]")])
+PairRow = NamedTuple("PairRow", [("label", str), ("cells", "list[HeadCell]")])  # label: ``b − a``
+# each model against the run's first on the same samples: one row per model, one cell per column
+Pairs = NamedTuple("Pairs", [("base", str), ("heads", "list[str]"), ("rows", "list[PairRow]"), ("note", str)])
+Coverage = NamedTuple("Coverage", [("full", bool), ("corruptions", "list[str]"), ("severities", list)])
+# a headline column after clean: the group above it, its key (``corruptions``, ``family:mixed_same``, ``bg_gap``,
+# ...), its head and the metric's rows it is computed from
+_Group = NamedTuple("_Group", [("label", str), ("key", str), ("head", str), ("rows", list)])
+
+
+@dataclass
+class Headline:
+    """The headline of one run: ``groups`` ([(label, span)] over ``columns``), one row per model."""
+
+    metric: str
+    groups: list[tuple[str, int]]
+    columns: list[Column]
+    rows: list[HeadRow]
+    note: str
+    pairs: Pairs | None = None
+
+
+def _conditions(rows: Sequence[Row]) -> list[Condition]:
+    seen: dict[tuple, Condition] = {}
+    for r in rows:  # 2.5 is its own condition, never merged into 2
+        key = (r.shift, params_key(r.params), canonical(r.severity))
+        seen.setdefault(key, Condition("", "", r.shift, dict(r.params or {}), key[2]))
     return list(seen.values())
 
 
-def _protocol_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _protocol_rows(rows: Sequence[Row]) -> list[Row]:
     """The rows at ImageNet-C's whole severities 1-5 (what its published protocol averages)."""
-    return [r for r in rows if canonical(r["severity"]) in SEVERITIES_C]
+    return [r for r in rows if canonical(r.severity) in SEVERITIES_C]
 
 
-def _groups(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
-    """(group label, column key, column head, the metric's rows of that column), in display order."""
-    from .pascal_ea import attribute_value
+def _mine(rows: Sequence[Row], model: str) -> list[Row]:
+    return [r for r in rows if r.model == model]
 
-    mrows = [r for r in rows if r["metric"] == metric and r["shift"] != CLEAN]
-    out: list[tuple[str, str, str, list[dict[str, Any]]]] = []
-    corr = [r for r in mrows if r["shift"] in IMAGENET_C_CORRUPTIONS]
+
+def _plural(k: int, what: str) -> str:
+    return f"mean of {k} {what}{'s' if k != 1 else ''}"
+
+
+def _groups(rows: Sequence[Row], metric: str) -> list[_Group]:
+    """The headline's columns after clean (label, key, head, the metric's rows of the column), in display order."""
+    mrows = [r for r in rows if r.metric == metric and r.shift != CLEAN]
+    out: list[_Group] = []
+    corr = [r for r in mrows if r.shift in IMAGENET_C_CORRUPTIONS]
     corr_ids = {id(r) for r in corr}  # all of them ImageNet-C's, also the fractional rows its mean leaves out
     if corr:
-        k = len({r["shift"] for r in corr})
-        # "ImageNet-C" only for the whole protocol; a few of its corruptions are "corruptions"
-        full = imagenet_c_coverage(rows, metric)["full"]
-        group = "ImageNet-C" if full else "corruptions"
-        # the protocol's mean is over its severities 1-5; a finer grid's fractional rows stay out of it (they
-        # are in the per-severity tables, the curves and the failure points)
-        out.append((group, "corruptions", f"mean of {k} corruption{'s' if k != 1 else ''}",
-                    _protocol_rows(corr) if full else corr))
-    from ..shifts.cbar._base import cbar_levels  # the published table: C-bar's ten, a column of their own
-
-    cbar = [r for r in mrows if r["shift"] in cbar_levels()]
+        # "ImageNet-C" only for the whole protocol; a few of its corruptions are "corruptions"; the protocol's mean
+        # is over its severities 1-5: a finer grid's fractional rows stay out of it (they are in the per-severity
+        # tables, the curves and the failure points)
+        full = imagenet_c_coverage(rows, metric).full
+        out.append(_Group("ImageNet-C" if full else "corruptions", "corruptions",
+                          _plural(len({r.shift for r in corr}), "corruption"), _protocol_rows(corr) if full else corr))
+    cbar = [r for r in mrows if shift_info(r.shift).family == "cbar"]  # C-bar's corruptions: a column of their own
     if cbar:
-        k = len({r["shift"] for r in cbar})
-        out.append(("ImageNet-C-bar", "cbar", f"mean of {k} C-bar corruption{'s' if k != 1 else ''}", cbar))
-    families: dict[str, list[dict[str, Any]]] = {}
+        out.append(_Group("ImageNet-C-bar", "cbar", _plural(len({r.shift for r in cbar}), "C-bar corruption"), cbar))
+    families: dict[str, list[Row]] = {}
     for r in mrows:
-        fam = family_of(r["shift"], r["params"])
+        fam = family_of(r.shift, r.params)
         if fam is not None:
             families.setdefault(fam, []).append(r)
     for fam in _FAMILY_COLUMNS:  # grouped by what they are: natural scenes, synthetic backgrounds, ...
         if fam in families:
             group = ROLE_GROUPS[role_of(fam)]
-            out.append((group, f"family:{fam}", fam, families[fam]))
+            out.append(_Group(group, f"family:{fam}", fam, families[fam]))
             if fam == "mixed_rand" and "mixed_same" in families:
-                out.append((group, "bg_gap", "BG-Gap", []))  # Mixed-Same minus Mixed-Rand, per model
-    attributes: dict[str, list[dict[str, Any]]] = {}
+                out.append(_Group(group, "bg_gap", "BG-Gap", []))  # Mixed-Same minus Mixed-Rand, per model
+    attributes: dict[str, list[Row]] = {}
     for r in mrows:
-        if attribute_value(r["shift"], r["params"] or {}) is not None:
-            attributes.setdefault(r["shift"][len("attribute_"):], []).append(r)
+        if attribute_value(r.shift, r.params or {}) is not None:
+            attributes.setdefault(r.shift[len("attribute_"):], []).append(r)
     for fam in ("color", "material", "pattern", "style"):
         if fam in attributes:
-            out.append(("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
-    # text corruptions (composed retrieval) in a column of their own
-    claimed = {id(r) for _, _, _, grows in out for r in grows} | corr_ids
-    text = [r for r in mrows if id(r) not in claimed and _text_shift(r["shift"])]
-    if text:
-        k = len({(r["shift"], params_key(r["params"])) for r in text})
-        out.append(("text corruptions", "text", f"mean of {k} text shift{'s' if k != 1 else ''}", text))
-    # whatever no family claims still gets a column, so no shift of the run is missing from the headline
-    claimed = {id(r) for _, _, _, grows in out for r in grows} | corr_ids
-    rest = [r for r in mrows if id(r) not in claimed]
-    if rest:
-        k = len({(r["shift"], params_key(r["params"])) for r in rest})
-        out.append(("other shifts", "other", f"mean of {k} other shift{'s' if k != 1 else ''}", rest))
+            out.append(_Group("attribute edits", f"attribute:{fam}", fam, attributes.pop(fam)))
+    # text corruptions (composed retrieval) in a column of their own; whatever no family claims still gets a
+    # column, so no shift of the run is missing from the headline
+    for label, key, what, text in (("text corruptions", "text", "text shift", True),
+                                   ("other shifts", "other", "other shift", False)):
+        claimed = {id(r) for g in out for r in g.rows} | corr_ids
+        found = [r for r in mrows if id(r) not in claimed and (_text_shift(r.shift) or not text)]
+        if found:
+            out.append(_Group(label, key, _plural(len({(r.shift, params_key(r.params)) for r in found}), what), found))
     return out
 
 
-def _gap_cell(model: str, metric: str, pct: bool, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]],
-              unc: Any) -> dict[str, Any]:
+def _gap_cell(model: str, metric: str, pct: bool, groups: Sequence[_Group], unc: Any) -> GapCell:
     """The BG-Gap cell of one model: Mixed-Same minus Mixed-Rand (means over their conditions), signed, with
     its paired 95% bootstrap CI when the store has per-sample values."""
-    sides = {key: [r for r in grows if r["model"] == model] for _, key, _, grows in groups
-             if key in ("family:mixed_same", "family:mixed_rand")}
-    same, rand = sides.get("family:mixed_same") or [], sides.get("family:mixed_rand") or []
-    vs, vr = _mean(r["value"] for r in same), _mean(r["value"] for r in rand)
+    same, rand = ([r for g in groups if g.key == key for r in _mine(g.rows, model)]
+                  for key in ("family:mixed_same", "family:mixed_rand"))
+    vs, vr = _mean(r.value for r in same), _mean(r.value for r in rand)
     if vs is None or vr is None:
-        return {"text": "–", "ci": "", "title": "", "cls": "", "n": None}
-    gap = vs - vr
+        return GapCell()
     res = unc.contrast([model], metric, _conditions(same), _conditions(rand)) if unc is not None else None
-    title = [f"BG-Gap = Mixed-Same {_fmt(vs, pct)} - Mixed-Rand {_fmt(vr, pct)}" + (" points" if pct else ""),
-             f"n = {same[0]['n']} samples per condition" if same[0].get("n") else "n not recorded"]
-    ci, cls = "", ("down" if gap > 0 else "up" if gap < 0 else "")
-    test = (res or {}).get("test") or "paired test"
-    if res and res.get("low") is not None:
-        ci = f"[{_fmt(res['low'], pct, True)}, {_fmt(res['high'], pct, True)}]"
-        title.append(f"95% CI {ci} ({test})")
-        if res.get("p_value") is not None:
-            title.append(f"p = {res['p_value']:.3g} ({test}, Mixed-Same against Mixed-Rand)")
-    text = _fmt(gap, pct, signed=True)
-    if res and res.get("noise"):
-        text += " ≈"
-        cls = "noise"
-        title.append(f"≈: the gap is within noise, p >= 0.05 ({test})")
-    return {"text": text, "ci": ci, "title": "; ".join(title), "cls": cls, "n": same[0].get("n")}
+    return GapCell.of(res, keep=("value", "n"), value=vs - vr, same=vs, rand=vr, n=same[0].n, percent=pct)
 
 
 def _text_shift(name: str) -> bool:
-    from ..registry import SHIFTS
-
-    return name in SHIFTS and getattr(SHIFTS.get(name), "kind", "image") == "text"
+    return shift_info(name).role == "text"
 
 
-def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred: Sequence[str],
-             unc: Any = None, baseline: str = CLEAN,
-             failures: Sequence[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """The headline of one run: ``{"metric", "groups": [(label, span)], "columns": [{"head", "title"}],
-    "rows": [{"model", "n", "cells": [cell]}], "note"}``; columns that do not apply to the run are left out.
+def headline(rows: Sequence[Row], tables: Sequence[Table], preferred: Sequence[str], unc: Any = None,
+             baseline: str = CLEAN, failures: Sequence[FailureEntry] | None = None) -> Headline | None:
+    """The headline of one run (:class:`Headline`); columns that do not apply to the run are left out.
     ``baseline``: what the unshifted condition is called, ``clean`` unless the run read a folder written by
     generate (then the shift and severity it was made under, report/build.py). ``failures``: the run's
     failure points of the headline metric (``report.failure.failure_entries``); with a corruption curve
@@ -238,43 +336,39 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
         return None
     metric, pct = main.metric, main.percent
     unit = " (%)" if pct else ""
-    index = {(r["model"], r["shift"], params_key(r["params"]), canonical(r["severity"]), r["metric"]): r for r in rows}
     groups = _groups(rows, metric)
     # mCE is defined on top-1 errors over the whole protocol: shown for runs that measured top1 under all 15
     # corruptions at severities 1-5 (their own parameters), whatever the headline metric; never from a part
     coverage = imagenet_c_coverage(rows, "top1")
-    corr_top1 = [r for r in _protocol_rows(rows) if r["metric"] == "top1" and r["shift"] in IMAGENET_C_CORRUPTIONS
-                 and not r["params"]] if coverage["full"] else []
+    corr_top1 = [r for r in _protocol_rows(rows) if r.metric == "top1" and r.shift in IMAGENET_C_CORRUPTIONS
+                 and not r.params] if coverage.full else []
     gamma_sets = _gamma_sets(rows)
     columns = _columns(main, groups, bool(corr_top1), gamma_sets)
-    models = main.models
     cue_controls = _cue_controls(rows, metric)
-    columns += [{"group": group, "head": head, "title": title} for _, group, head, title in cue_controls]
-    breaks = _has_breaks(main, failures)
+    columns += [Column(group, head, title) for _, group, head, title in cue_controls]
+    # "breaks at": for a higher-is-better metric with a corruption curve
+    breaks = bool(failures) and main.higher_is_better and any(breaks_at(failures, m) is not None for m in main.models)
     if breaks:
-        from .failure import FRACTION
-
-        columns.append({"group": "failure point", "head": "breaks at",
-                        "title": f"the earliest severity (1..5), over the run's corruptions, at which {metric} falls "
-                                 f"to {FRACTION:g} x clean (linear between measured severities, fractional ones "
-                                 "included), and the corruption; never: no corruption curve gets there; C-bar's "
-                                 "level-scale (0..10) curves are not severities: Failure points ranks them apart"})
+        columns.append(Column("failure point", "breaks at",
+                              f"the earliest severity (1..5), over the run's corruptions, at which {metric} falls "
+                              f"to {FRACTION:g} x clean (linear between measured severities, fractional ones "
+                              "included), and the corruption; never: no corruption curve gets there; C-bar's "
+                              "level-scale (0..10) curves are not severities: Failure points ranks them apart"))
+    # the first column is what the run read unshifted, which is not clean for a folder written by generate
+    first = f"clean {metric}" if baseline == CLEAN else f"{metric} on {baseline}"
     out_rows = []
-    for model in models:
+    for model in main.models:
         clean_cell = main.cells.get((CLEAN, model))
-        cells = _family_cells(model, main, groups, unc)
+        cells = _family_cells(model, main, groups, unc, first)
         if corr_top1:
-            cells += _mce_cells(model, corr_top1, index)
+            cells += _mce_cells(model, corr_top1, rows)
         cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
         cells += [_cue_cell(model, key, head, rows, unc) for key, _, head, _ in cue_controls]
         if breaks:
-            cells.append(_breaks_cell(model, failures or [], metric))
-        out_rows.append({"model": model, "n": clean_cell.n if clean_cell else None, "cells": cells})
-    if baseline != CLEAN:  # the first column is what the run read unshifted, which is not clean
-        columns[0] = {"group": baseline, "head": columns[0]["head"],
-                      "title": f"{metric}{unit} on the data as read: {baseline}"}
-        for r in out_rows:
-            r["cells"][0]["title"] = r["cells"][0]["title"].replace(f"clean {metric}", f"{metric} on {baseline}", 1)
+            cells.append(BreaksCell.at(failures or [], model, metric))
+        out_rows.append(HeadRow(model, clean_cell.n if clean_cell else None, cells))
+    if baseline != CLEAN:
+        columns[0] = Column(baseline, columns[0].head, f"{metric}{unit} on the data as read: {baseline}")
     columns, spans = _keep_groups_together(columns, out_rows)
     ci = (" Second line: 95% bootstrap CI of the value; ≈ marks a change within noise, p >= 0.05 in its paired "
           "test (hover a cell for the test, its p and its CI of the change)." if unc is not None
@@ -283,8 +377,7 @@ def headline(rows: Sequence[dict[str, Any]], tables: Sequence[Table], preferred:
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
             f"conditions and severities; n = samples per condition (hover a cell for details).{ci}"
             + _mce_note(coverage) + (_BREAKS_NOTE if breaks else "") + (_CUE_NOTE if cue_controls else ""))
-    return {"metric": metric, "groups": [tuple(s) for s in spans], "columns": columns, "rows": out_rows, "note": note,
-            "pairs": _pairs(models, metric, pct, rows, groups, unc)}
+    return Headline(metric, spans, columns, out_rows, note, _pairs(main.models, metric, pct, rows, groups, unc))
 
 
 _BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity (1..5) "
@@ -308,153 +401,111 @@ _CUE_COLUMNS = (("cue_decided", "cue conflict", "cue decided (%)", "cue-conflict
                 ("cue_chance", "single-cue controls", "chance (%)", "1 / the number of the set's classes"))
 
 
-def _cue_controls(rows: Sequence[dict[str, Any]], metric: str) -> list[tuple[str, str, str, str]]:
+def _cue_controls(rows: Sequence[Row], metric: str) -> list[tuple[str, str, str, str]]:
     """The controls' columns of a shape-bias headline: those of ``_CUE_COLUMNS`` the run's clean rows have."""
     if metric != "shape_bias":
         return []
-    have = {r["metric"] for r in rows if r["shift"] == CLEAN}
+    have = {r.metric for r in rows if r.shift == CLEAN}
     return [c for c in _CUE_COLUMNS if c[0] in have]
 
 
-def _cue_cell(model: str, key: str, head: str, rows: Sequence[dict[str, Any]], unc: Any) -> dict[str, Any]:
+def _cue_cell(model: str, key: str, head: str, rows: Sequence[Row], unc: Any) -> HeadCell:
     """A model's clean value of one control row of shape_bias, with its 95% bootstrap CI over images."""
-    mine = [r for r in rows if r["model"] == model and r["metric"] == key and r["shift"] == CLEAN]
-    value = _mean(r["value"] for r in mine)
+    mine = [r for r in rows if r.model == model and r.metric == key and r.shift == CLEAN]
     stats = (unc.aggregate(model, key, _conditions(mine), against_clean=False)
              if unc is not None and mine and unc.has(model, key) else None)
-    return _cell(value, percent=True, n=mine[0]["n"] if mine else None, what=f"{head} on clean", stats=stats)
+    return HeadCell.of(stats, value=_mean(r.value for r in mine), percent=True, n=mine[0].n if mine else None,
+                       what=f"{head} on clean")
 
 
-def _has_breaks(main: Table, failures: Sequence[dict[str, Any]] | None) -> bool:
-    """Whether the headline gets the "breaks at" column: a higher-is-better metric with a corruption curve."""
-    if not failures or not main.higher_is_better:
-        return False
-    from .failure import breaks_at
-
-    return any(breaks_at(failures, m) is not None for m in main.models)
-
-
-def _breaks_cell(model: str, failures: Sequence[dict[str, Any]], metric: str) -> dict[str, Any]:
-    """A model's "breaks at" cell (report.failure.breaks_at): ``2.7 (zoom_blur)``, ``never`` or ``–``."""
-    from .failure import breaks_at, breaks_at_text, breaks_at_title
-
-    found = breaks_at(failures, model)
-    n = found["entry"]["point"].n if found else None
-    cls = "down" if found and found["crossed"] else ""
-    return {"text": breaks_at_text(found), "ci": "", "title": breaks_at_title(found, metric), "cls": cls, "n": n}
-
-
-def _gamma_sets(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+def _gamma_sets(rows: Sequence[Row]) -> list[tuple[str, list[Row]]]:
     """The γ@10 rows of a composed retrieval run, as (label, rows): image shifts at severity 5, text shifts at
     severity 3; none for other runs."""
-    gamma_sets: list[tuple[str, list[dict[str, Any]]]] = []
-    if "gamma@10" in {r["metric"] for r in rows}:
-        g = [r for r in rows if r["metric"] == "gamma@10" and r["shift"] != CLEAN]
-        image = [r for r in g if not _text_shift(r["shift"]) and canonical(r["severity"]) == 5]
-        text = [r for r in g if _text_shift(r["shift"]) and canonical(r["severity"]) == 3]
-        for label, sel in (("image shifts, severity 5", image), ("text shifts, severity 3", text)):
-            if sel:
-                gamma_sets.append((label, sel))
-    return gamma_sets
+    g = [r for r in rows if r.metric == "gamma@10" and r.shift != CLEAN]
+    image = [r for r in g if not _text_shift(r.shift) and canonical(r.severity) == 5]
+    text = [r for r in g if _text_shift(r.shift) and canonical(r.severity) == 3]
+    return [(label, sel) for label, sel in (("image shifts, severity 5", image), ("text shifts, severity 3", text))
+            if sel]
 
 
-def _columns(main: Table, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]], mce: bool,
-             gamma_sets: Sequence[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, str]]:
+def _columns(main: Table, groups: Sequence[_Group], mce: bool,
+             gamma_sets: Sequence[tuple[str, list[Row]]]) -> list[Column]:
     """The headline's columns, in the order of a row's cells: clean, each group, mCE, γ@10."""
     metric, hib = main.metric, main.higher_is_better
     unit = " (%)" if main.percent else ""
-    columns: list[dict[str, str]] = [{"group": "clean", "head": f"{metric}{unit}",
-                                      "title": f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better"}]
-    for group, key, head, grows in groups:
-        if key == "bg_gap":
-            columns.append({"group": group, "head": head,
-                            "title": f"BG-Gap: {metric}{unit} on Mixed-Same minus Mixed-Rand, in points (Xiao et "
-                                     "al., Noise or Signal, ICLR 2021); positive = the model relies on a fitting "
-                                     "background"})
+    columns = [Column("clean", f"{metric}{unit}", f"clean {metric}{unit}, {'higher' if hib else 'lower'} is better")]
+    for g in groups:
+        if g.key == "bg_gap":
+            columns.append(Column(g.label, g.head, f"BG-Gap: {metric}{unit} on Mixed-Same minus Mixed-Rand, in "
+                                  "points (Xiao et al., Noise or Signal, ICLR 2021); positive = the model relies on a "
+                                  "fitting background"))
             continue
-        k = len(_conditions([r for r in grows if r["model"] == grows[0]["model"]]))
-        which = "ImageNet-C's severities 1-5" if group == "ImageNet-C" else "all severities run"
-        columns.append({"group": group, "head": head,
-                        "title": f"{metric}{unit}: mean over {k} condition(s) of {head} ({which}), "
-                                 "and its change against clean (shifted minus clean)"})
+        k = len(_conditions(_mine(g.rows, g.rows[0].model)))
+        which = "ImageNet-C's severities 1-5" if g.label == "ImageNet-C" else "all severities run"
+        columns.append(Column(g.label, g.head, f"{metric}{unit}: mean over {k} condition(s) of {g.head} ({which}), "
+                                               "and its change against clean (shifted minus clean)"))
     if mce:
         note = ("AlexNet-normalised with ImageNet-C's published AlexNet errors; errors = 1 − top1; "
                 "lower is better (100 = AlexNet)")
-        columns.append({"group": "ImageNet-C", "head": "mCE", "title": "mean corruption error (%), " + note})
-        columns.append({"group": "ImageNet-C", "head": "rel. mCE",
-                        "title": "relative mean corruption error (%): error added by the corruptions, " + note})
+        columns.append(Column("ImageNet-C", "mCE", "mean corruption error (%), " + note))
+        columns.append(Column("ImageNet-C", "rel. mCE",
+                              "relative mean corruption error (%): error added by the corruptions, " + note))
     for label, _ in gamma_sets:
-        columns.append({"group": "composed retrieval", "head": f"γ@10 {label}",
-                        "title": f"mean relative robustness γ@10 = R@10 shifted / R@10 clean over {label}; "
-                                 "1 = no loss, above 1 = the shift helped"})
+        columns.append(Column("composed retrieval", f"γ@10 {label}",
+                              f"mean relative robustness γ@10 = R@10 shifted / R@10 clean over {label}; "
+                              "1 = no loss, above 1 = the shift helped"))
     return columns
 
 
-def _family_cells(model: str, main: Table, groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]],
-                  unc: Any) -> list[dict[str, Any]]:
-    """A model's clean cell and its cell for each group: the mean over the group's conditions and its change
-    against clean, or the BG-Gap."""
+def _family_cells(model: str, main: Table, groups: Sequence[_Group], unc: Any, first: str) -> list[HeadCell]:
+    """A model's clean cell (``first``: what its hover calls it) and its cell for each group: the mean over the
+    group's conditions and its change against clean, or the BG-Gap."""
     metric, pct, hib = main.metric, main.percent, main.higher_is_better
     clean_cell = main.cells.get((CLEAN, model))
     clean = clean_cell.value if clean_cell else None
-    n = clean_cell.n if clean_cell else None
+    cells = [HeadCell(clean, *((clean_cell.low, clean_cell.high, clean_cell.n) if clean_cell else ()),
+                      percent=pct, what=first)]
     has = unc is not None and unc.has(model, metric)
-    stats = None
-    if clean_cell is not None and getattr(clean_cell, "low", None) is not None:
-        stats = {"value": clean, "low": clean_cell.low, "high": clean_cell.high, "n": n}
-    cells = [_cell(clean, percent=pct, n=n, what=f"clean {metric}", stats=stats)]
-    for _, key, head, grows in groups:
-        if key == "bg_gap":
+    for g in groups:
+        if g.key == "bg_gap":
             cells.append(_gap_cell(model, metric, pct, groups, unc if has else None))
             continue
-        mine = [r for r in grows if r["model"] == model]
-        value = _mean(r["value"] for r in mine)
-        delta = None if value is None or clean is None else value - clean
+        mine = _mine(g.rows, model)
+        value = _mean(r.value for r in mine)
         agg = unc.aggregate(model, metric, _conditions(mine)) if has and mine else None
-        cells.append(_cell(value, percent=pct, n=mine[0]["n"] if mine else None, delta=delta,
-                           higher_is_better=hib, stats=agg, what=f"{metric} under {head}, mean over "
-                           f"{len(mine)} condition(s); change = shifted minus clean"))
+        cells.append(HeadCell.of(agg, value=value, delta=None if value is None or clean is None else value - clean,
+                                 n=mine[0].n if mine else None, percent=pct, higher_is_better=hib,
+                                 what=f"{metric} under {g.head}, mean over {len(mine)} condition(s); change = shifted "
+                                      "minus clean"))
     return cells
 
 
-def _gamma_cell(model: str, label: str, sel: Sequence[dict[str, Any]], unc: Any) -> dict[str, Any]:
-    """A model's mean γ@10 over one set of conditions; its noise mark and test come from the paired change in R@10."""
-    mine = [r for r in sel if r["model"] == model]
-    value = _mean(r["value"] for r in mine)
+def _gamma_cell(model: str, label: str, sel: Sequence[Row], unc: Any) -> HeadCell:
+    """A model's mean γ@10 over one set of conditions; its noise mark and test come from the paired change in R@10
+    (gamma = 1 + change / clean)."""
+    mine = _mine(sel, model)
     has = unc is not None and unc.has(model, "R@10")
     agg = unc.aggregate(model, "R@10", _conditions(mine)) if has and mine else None
-    cell = _cell(value, percent=False, n=mine[0]["n"] if mine else None,
-                 what=f"mean γ@10 over {len(mine)} {label}")
-    if agg:  # gamma = 1 + change / clean: the noise mark and test come from the paired change in R@10
-        cell = _cell(value, percent=False, n=agg.get("n"), what=f"mean γ@10 over {len(mine)} {label}",
-                     stats={"noise": agg.get("noise"), "p_value": agg.get("p_value"), "test": agg.get("test"),
-                            "delta_low": agg.get("delta_low"), "delta_high": agg.get("delta_high"), "value": value})
-        cell["title"] = cell["title"].replace("CI of the change", "CI of the change in R@10 (fraction)")
-    return cell
+    return HeadCell.of(agg, keep=("value", "low", "high", "delta"), value=_mean(r.value for r in mine),
+                       n=mine[0].n if mine else None, what=f"mean γ@10 over {len(mine)} {label}",
+                       change="the change in R@10 (fraction)")
 
 
-def _keep_groups_together(columns: list[dict[str, str]],
-                          out_rows: list[dict[str, Any]]) -> tuple[list[dict[str, str]], list[list[Any]]]:
+def _keep_groups_together(columns: list[Column], out_rows: list[HeadRow]) -> tuple[list[Column], list[tuple]]:
     """Reorder the columns (and every row's cells alike) so that each group's columns are together, groups in
-    order of first appearance (mCE joins the ImageNet-C mean); returns the columns and the [group, span] list."""
+    order of first appearance (mCE joins the ImageNet-C mean); returns the columns and the (group, span) list."""
     first: dict[str, int] = {}
     for i, c in enumerate(columns):
-        first.setdefault(c["group"], i)
-    perm = sorted(range(len(columns)), key=lambda i: (first[columns[i]["group"]], i))
+        first.setdefault(c.group, i)
+    perm = sorted(range(len(columns)), key=lambda i: (first[columns[i].group], i))
     columns = [columns[i] for i in perm]
     for r in out_rows:
-        r["cells"] = [r["cells"][i] for i in perm]
-    spans: list[list[Any]] = []
-    for c in columns:
-        if spans and spans[-1][0] == c["group"]:
-            spans[-1][1] += 1
-        else:
-            spans.append([c["group"], 1])
-    return columns, spans
+        r.cells[:] = [r.cells[i] for i in perm]
+    return columns, [(group, len(list(run))) for group, run in itertools.groupby(c.group for c in columns)]
 
 
-def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[str, Any]],
-           groups: Sequence[tuple[str, str, str, list[dict[str, Any]]]], unc: Any) -> dict[str, Any] | None:
+def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[Row], groups: Sequence[_Group],
+           unc: Any) -> Pairs | None:
     """Each model against the run's first model on the same samples (paired): the difference on clean and on
     each headline column, its 95% CI and p-value from one test (exact McNemar for top-1/top-5 on one
     condition, else the paired bootstrap), ≈ where that p >= 0.05 (the CI then contains 0). None without
@@ -462,66 +513,46 @@ def _pairs(models: Sequence[str], metric: str, pct: bool, rows: Sequence[dict[st
     if unc is None or len(models) < 2 or not all(unc.has(m, metric) for m in models):
         return None
     base = models[0]
-    clean = [(c["shift"], c["params"], canonical(c["severity"])) for c in rows
-             if c["metric"] == metric and c["shift"] == CLEAN and c["model"] == base][:1]
-    cols = [("clean", clean)] + [(head, _conditions([r for r in grows if r["model"] == base]))
-                                 for _, _, head, grows in groups]
+    clean = _conditions([r for r in _mine(rows, base) if r.metric == metric and r.shift == CLEAN])[:1]
+    cols = [("clean", clean)] + [(g.head, _conditions(_mine(g.rows, base))) for g in groups]
     cols = [(head, conds) for head, conds in cols if conds]
-    scale = 100.0 if pct else 1.0
-    digits = 1 if pct else 3
-    out = []
-    for model in models[1:]:
-        cells = []
-        for head, conds in cols:
-            cmp = unc.compare(base, model, metric, conds)
-            if not cmp or cmp.get("diff") is None:
-                cells.append({"text": "–", "title": "", "cls": ""})
-                continue
-            d = scale * cmp["diff"]
-            ci = (f"[{scale * cmp['low']:+.{digits}f}, {scale * cmp['high']:+.{digits}f}]"
-                  if cmp.get("low") is not None and cmp.get("high") is not None else "")
-            p = cmp.get("p_value")
-            noise = bool(cmp.get("noise"))
-            test = cmp.get("test") or "paired test"
-            cells.append({"text": f"{d:+.{digits}f}" + (" ≈" if noise else ""), "ci": ci,
-                          "title": f"{model} minus {base}, {metric} under {head}: paired over n = {cmp.get('n')} "
-                                   f"samples" + (f"; 95% CI {ci}" if ci else "") + (f", p = {p:.3g}" if p is not None else "")
-                                   + f" ({test})" + ("; ≈ within noise, p >= 0.05" if noise else ""),
-                          "cls": "noise" if noise else ("up" if d > 0 else "down" if d < 0 else "")})
-        out.append({"label": f"{model} − {base}", "cells": cells})
-    return {"base": base, "heads": [h for h, _ in cols], "rows": out,
-            "note": f"Each model minus {base} on the same samples (paired), {metric}{' in points' if pct else ''}: "
-                    "the difference, its 95% CI (second line) and p-value (hover), from one test (exact McNemar for "
-                    "top-1/top-5 on one condition, else the paired bootstrap); ≈ = within noise, p >= 0.05."}
+    out = [PairRow(f"{model} − {base}",
+                   [PairCell.of(unc.compare(base, model, metric, conds), percent=pct,
+                                what=f"{model} minus {base}, {metric} under {head}") for head, conds in cols])
+           for model in models[1:]]
+    return Pairs(base, [h for h, _ in cols], out,
+                 f"Each model minus {base} on the same samples (paired), {metric}{' in points' if pct else ''}: "
+                 "the difference, its 95% CI (second line) and p-value (hover), from one test (exact McNemar for "
+                 "top-1/top-5 on one condition, else the paired bootstrap); ≈ = within noise, p >= 0.05.")
 
 
-def imagenet_c_coverage(rows: Sequence[dict[str, Any]], metric: str = "top1") -> dict[str, Any]:
-    """How much of the ImageNet-C protocol a run's ``metric`` rows cover: ``{"full", "corruptions",
-    "severities"}``; ``full`` when every model with the metric has all 15 corruptions at severities 1-5, each
-    with the corruption's own parameters (no ``params``), the only case in which mCE and relative mCE are
-    defined; ``corruptions`` / ``severities``: those of the rows, whatever their parameters.
+def imagenet_c_coverage(rows: Sequence[Row], metric: str = "top1") -> Coverage:
+    """How much of the ImageNet-C protocol a run's ``metric`` rows cover: ``full`` when every model with the
+    metric has all 15 corruptions at severities 1-5, each with the corruption's own parameters (no ``params``),
+    the only case in which mCE and relative mCE are defined; ``corruptions`` / ``severities``: those of the
+    rows, whatever their parameters.
 
-    >>> rows = [dict(model="m", metric="top1", shift=c, params={}, severity=s, value=0.5)
+    >>> from shiftbench.results.records import Row
+    >>> rows = [Row(model="m", dataset="d", metric="top1", shift=c, params={}, severity=s, value=0.5)
     ...         for c in ("gaussian_noise", "fog", "snow") for s in (3, 5)]
     >>> imagenet_c_coverage(rows)
-    {'full': False, 'corruptions': ['fog', 'gaussian_noise', 'snow'], 'severities': [3, 5]}
+    Coverage(full=False, corruptions=['fog', 'gaussian_noise', 'snow'], severities=[3, 5])
     """
-    mine = [r for r in rows if r["metric"] == metric]
-    corr = [r for r in mine if r["shift"] in IMAGENET_C_CORRUPTIONS]
+    mine = [r for r in rows if r.metric == metric]
+    corr = [r for r in mine if r.shift in IMAGENET_C_CORRUPTIONS]
     protocol = {(c, s) for c in IMAGENET_C_CORRUPTIONS for s in SEVERITIES_C}
-    have: dict[str, set[tuple[str, int]]] = {r["model"]: set() for r in mine}
+    have: dict[str, set[tuple[str, int]]] = {r.model: set() for r in mine}
     for r in corr:
-        if not r["params"] and r.get("value") is not None:
-            have[r["model"]].add((r["shift"], canonical(r["severity"])))
+        if not r.params and r.value is not None:
+            have[r.model].add((r.shift, canonical(r.severity)))
     full = bool(have) and all(protocol <= got for got in have.values())
-    return {"full": full, "corruptions": sorted({r["shift"] for r in corr}),
-            "severities": sorted({canonical(r["severity"]) for r in corr})}
+    return Coverage(full, sorted({r.shift for r in corr}), sorted({canonical(r.severity) for r in corr}))
 
 
-def _mce_note(coverage: dict[str, Any]) -> str:
+def _mce_note(coverage: Coverage) -> str:
     """One sentence on why a top-1 run with some corruptions shows no mCE ("" when it shows one, or has none)."""
-    k, sev = len(coverage["corruptions"]), coverage["severities"]
-    if coverage["full"] or not k:
+    k, sev = len(coverage.corruptions), coverage.severities
+    if coverage.full or not k:
         return ""
     where = f" at severit{'y' if len(sev) == 1 else 'ies'} {', '.join(map(severity_label, sev))}"
     return (f" No mCE or relative mCE: they are defined over all {len(IMAGENET_C_CORRUPTIONS)} ImageNet-C "
@@ -530,22 +561,18 @@ def _mce_note(coverage: dict[str, Any]) -> str:
             f"corruption{'s' if k != 1 else ''}).")
 
 
-def _mce_cells(model: str, corr: Sequence[dict[str, Any]], index: dict) -> list[dict[str, Any]]:
-    from ..metrics.robustness import mean_corruption_error, relative_mean_corruption_error
-
+def _mce_cells(model: str, corr: Sequence[Row], rows: Sequence[Row]) -> list[HeadCell]:
     errors: dict[str, list[float]] = {}
     # the protocol's five whole severities only, in order (a finer grid's 1.5, 2.5, ... never enter mCE)
-    for r in sorted((r for r in _protocol_rows(corr) if r["model"] == model and r["value"] is not None),
-                    key=lambda r: (r["shift"], canonical(r["severity"]))):
-        errors.setdefault(r["shift"], []).append(1.0 - r["value"])
-    clean = next((r for k, r in index.items() if k[0] == model and k[1] == CLEAN and k[4] == "top1"), None)
-    n = clean["n"] if clean else None
-    if not errors:
-        return [_cell(None, percent=True, n=n, what="mCE"), _cell(None, percent=True, n=n, what="relative mCE")]
-    sev = sum(len(v) for v in errors.values())
-    note = f"over {len(errors)} corruptions, {sev} corruption-severity pairs"
-    mce = _cell(mean_corruption_error(errors), percent=True, n=n, what="mCE (lower is better)", digits_note=note)
-    rel = (_cell(relative_mean_corruption_error(errors, 1.0 - clean["value"]), percent=True, n=n,
-                 what="relative mCE (lower is better)", digits_note=note)
-           if clean and clean["value"] is not None else _cell(None, percent=True, n=n, what="relative mCE"))
+    for r in sorted((r for r in _protocol_rows(corr) if r.model == model and r.value is not None),
+                    key=lambda r: (r.shift, canonical(r.severity))):
+        errors.setdefault(r.shift, []).append(1.0 - r.value)
+    clean = next((r for r in rows if r.model == model and r.shift == CLEAN and r.metric == "top1"), None)
+    n = clean.n if clean else None
+    note = f"over {len(errors)} corruptions, {sum(len(v) for v in errors.values())} corruption-severity pairs"
+    mce = HeadCell(mean_corruption_error(errors) if errors else None, n=n, percent=True, note=note if errors else "",
+                   what="mCE (lower is better)" if errors else "mCE")
+    rel = (HeadCell(relative_mean_corruption_error(errors, 1.0 - clean.value), n=n, percent=True, note=note,
+                    what="relative mCE (lower is better)") if errors and clean and clean.value is not None
+           else HeadCell(n=n, percent=True, what="relative mCE"))
     return [mce, rel]

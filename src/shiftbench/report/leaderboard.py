@@ -16,11 +16,11 @@
   table's runs: clean, the mean of the corruptions (mCE and relative mCE when a run has the whole ImageNet-C
   protocol), each background and attribute family, BG-Gap, γ@10, "breaks at"; each cell with its n and its 95%
   CI (report/stats.py).
-- **Ranking.** By ``--by`` (default ``clean``: the headline metric on clean data), better first. A rank marked
-  ≈ is within noise of the row above: for clean and the mean columns, the report's paired test of the two
-  models on the same samples (exact McNemar for top-1 on one condition, else the paired bootstrap; the
-  headline's "models compared"); for BG-Gap and "breaks at", their 95% CIs overlap; mCE and γ have no interval,
-  so no ≈ there.
+- **Ranking.** By ``--by`` (default ``clean``: the headline metric on clean data), better first, on the cells'
+  numbers (report.headline.HeadCell), never their rounded text. A rank marked ≈ is within noise of the row
+  above: for clean and the mean columns, the report's paired test of the two models on the same samples (exact
+  McNemar for top-1 on one condition, else the paired bootstrap; the headline's "models compared"); for BG-Gap
+  and "breaks at", their 95% CIs overlap (the intervals' numbers); mCE and γ have no interval, so no ≈ there.
 
 Outputs: :func:`to_markdown` (also what the command prints) and :func:`to_html`, a self-contained page whose
 columns sort on a click (inline script allowed by its hash alone, no network request, every data string
@@ -36,7 +36,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -44,15 +44,16 @@ from ..console import plural
 from ..errors import ShiftbenchError
 from ..files import make_folder, out_folder, write_atomic
 from ..results.identity import describe_changes
-from ..results.store import Store, canonical_json, params_key
+from ..results.records import ALL, Row, Run, Samples, load
+from ..results.store import canonical_json
 from ..severity import canonical
 from ..severity import label as severity_label
 from .blocks import blocks_to_markdown
 from .build import generated_baseline
 from .caveats import check_samples, generated_origin_text, samples_caveat, unfinished
-from .failure import breaks_at, failure_entries
-from .headline import (ATTACKS, CONTROLS, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, headline, headline_table,
-                       order_tables)
+from .failure import failure_entries
+from .headline import (ATTACKS, CONTROLS, NATURAL_FAMILIES, SYNTHETIC_FAMILIES, Column, HeadCell, headline,
+                       headline_table, order_tables)
 from .objectcompose import CUSTOM_FAMILIES
 from .stats import NOISE_RULE, Uncertainty
 from .tables import CLEAN, build_tables, condition_label, in_main_grid
@@ -76,17 +77,17 @@ class _Run:
     """One finished run as the leaderboard reads it."""
 
     store: str  # the store as the user named it
-    record: dict[str, Any]
-    rows: list[dict[str, Any]]
-    samples: list[dict[str, Any]]
+    record: Run
+    rows: list[Row]
+    samples: list[Samples]
     metric: str
     profile: dict[str, Any]
     no_samples: str | None = None  # why metrics of the run have no per-sample values (caveats.samples_caveat)
 
     @property
     def where(self) -> str:
-        name = self.record.get("name")
-        return f"{self.store} {self.record['run_id']}" + (f" ({name})" if name else "")
+        name = self.record.name
+        return f"{self.store} {self.record.run_id}" + (f" ({name})" if name else "")
 
 
 @dataclass
@@ -98,31 +99,22 @@ class _Group:
 
 
 # -- reading ----------------------------------------------------------------------------------------------
-def _tables(rows: list[dict[str, Any]], preferred: list[str], baseline: str) -> list:
-    tables = order_tables(build_tables([r for r in rows if in_main_grid(r["metric"])], preferred), preferred)
+def _tables(rows: list[Row], preferred: list[str], baseline: str) -> list:
+    tables = order_tables(build_tables([r for r in rows if in_main_grid(r.metric)], preferred), preferred)
     for t in tables:
         t.baseline = baseline
     return tables
 
 
-def _preferred(run: dict[str, Any]) -> list[str]:
-    return list((run.get("spec") or {}).get("metrics") or [])
-
-
-def _baseline(run: dict[str, Any]) -> str:
-    """What the run read unshifted: ``clean``, or for a folder written by generate the shift it was made under."""
-    return generated_baseline(run) or CLEAN
-
-
-def _profile(run: dict[str, Any], rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+def _profile(run: Run, rows: list[Row], metric: str) -> dict[str, Any]:
     """What must be equal for two runs' numbers to share a column."""
-    spec, identity = run.get("spec") or {}, run.get("identity") or {}
+    spec, identity = run.spec or {}, run.identity or {}
     inputs = {k: v for k, v in identity.items() if k not in ("models", "shiftbench")}  # dataset, ids, label map, ...
-    conditions = sorted({(r["shift"], params_key(r["params"]), canonical(r["severity"])) for r in rows
-                         if r["metric"] == metric}, key=lambda c: (c[0] != CLEAN, c[0], c[1], c[2]))
+    conditions = sorted({(r.shift, r.params_key, canonical(r.severity)) for r in rows if r.metric == metric},
+                        key=lambda c: (c[0] != CLEAN, c[0], c[1], c[2]))
     return {"inputs": inputs, "dataset_params": spec.get("dataset_params") or {}, "metric": metric,
             "conditions": [list(c) for c in conditions], "preprocess": spec.get("preprocess") or None,
-            "curate": spec.get("curate") or None, "seed": run.get("seed")}
+            "curate": spec.get("curate") or None, "seed": run.seed}
 
 
 def _read(stores: Sequence[str | os.PathLike]) -> tuple[list[_Run], list[str]]:
@@ -136,33 +128,24 @@ def _read(stores: Sequence[str | os.PathLike]) -> tuple[list[_Run], list[str]]:
         if real in seen:
             continue
         seen.add(real)
-        with Store(store, create=False) as db:
-            db.check()
-            records = db.runs()
-            if not records:
-                raise ShiftbenchError(f"{store}: the store holds no runs")
-            keeps = db.keeps_samples()
-            for record in records:
-                where = f"{store} {record['run_id']}"
-                partial = unfinished(record, db.condition_counts(record["run_id"]))
-                if partial:  # a partial run's numbers would rank against whole ones
-                    left.append(f"{where}: {partial}: left out")
-                    continue
-                rows = db.rows(record["run_id"])
-                if not rows:
-                    left.append(f"{where}: no results: left out")
-                    continue
-                with db.reading("the per-sample values of run " + repr(record["run_id"])):
-                    samples = db.samples(record["run_id"])
-                check_samples(samples, store, record["run_id"])
-                preferred = _preferred(record)
-                main = headline_table(_tables(rows, preferred, CLEAN), preferred)
-                if main is None:
-                    left.append(f"{where}: no metric for a headline: left out")
-                    continue
-                runs.append(_Run(str(store), record, rows, samples, main.metric, _profile(record, rows, main.metric),
-                                 samples_caveat(keeps, record, [r for r in rows if r["metric"] == main.metric],
-                                                samples)))
+        for record in load(store, ALL, ("counts", "results", "samples")):
+            where = f"{store} {record.run_id}"
+            partial = unfinished(record.status, record.counts)
+            if partial:  # a partial run's numbers would rank against whole ones
+                left.append(f"{where}: {partial}: left out")
+                continue
+            rows = record.rows
+            if not rows:
+                left.append(f"{where}: no results: left out")
+                continue
+            check_samples(record.samples, store, record.run_id)
+            preferred = record.metrics
+            main = headline_table(_tables(rows, preferred, CLEAN), preferred)
+            if main is None:
+                left.append(f"{where}: no metric for a headline: left out")
+                continue
+            runs.append(_Run(str(store), record, rows, record.samples, main.metric, _profile(record, rows, main.metric),
+                             samples_caveat(record, [r for r in rows if r.metric == main.metric])))
     return runs, left
 
 
@@ -189,8 +172,8 @@ def _spec_entry(spec: dict[str, Any], label: str) -> tuple[str, dict[str, Any]] 
 
 def _model_key(run: _Run, label: str) -> tuple[tuple[str, str], str, str]:
     """((name, weights key), weights as shown, its hover text) of a model of a run."""
-    info = ((run.record.get("identity") or {}).get("models") or {}).get(label)
-    entry = _spec_entry(run.record.get("spec") or {}, label)
+    info = ((run.record.identity or {}).get("models") or {}).get(label)
+    entry = _spec_entry(run.record.spec or {}, label)
     name = entry[0] if entry else label
     if info and info.get("weights"):
         digest = str(info["weights"])
@@ -201,22 +184,22 @@ def _model_key(run: _Run, label: str) -> tuple[tuple[str, str], str, str]:
         shown = "none" + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(params.items())) + ")" if params else "")
         return (name, "none:" + canonical_json(params)), shown, "a model without weights, told apart by its params"
     # no identity recorded (an older store): never merged with another run's model
-    return (name, f"unrecorded:{run.store}:{run.record['run_id']}"), "not recorded", \
+    return (name, f"unrecorded:{run.store}:{run.record.run_id}"), "not recorded", \
         f"weights not recorded in {run.where}: this row is never merged with another run's"
 
 
 # -- columns ----------------------------------------------------------------------------------------------
-def column_key(column: dict[str, str], first: bool = False) -> str:
+def column_key(column: Column, first: bool = False) -> str:
     """What ``--by`` calls a headline column: ``clean`` (the first column), ``corruptions``, ``cbar``, ``mce``,
     ``rel-mce``, ``bg-gap``, ``text``, ``other``, ``gamma-image``, ``gamma-text``, ``breaks-at``, a background
     family (``mixed_same``, ``color``, ...) or ``attribute-<family>``.
 
-    >>> column_key({"group": "ImageNet-C", "head": "mean of 15 corruptions"})
+    >>> column_key(Column("ImageNet-C", "mean of 15 corruptions", ""))
     'corruptions'
-    >>> [column_key({"group": g, "head": "color"}) for g in ("attribute edits", "synthetic backgrounds")]
+    >>> [column_key(Column(g, "color", "")) for g in ("attribute edits", "synthetic backgrounds")]
     ['attribute-color', 'color']
     """
-    head, group = column.get("head") or "", column.get("group") or ""
+    head, group = column.head or "", column.group or ""
     if first:
         return "clean"
     fixed = {"BG-Gap": "bg-gap", "mCE": "mce", "rel. mCE": "rel-mce", "breaks at": "breaks-at"}
@@ -262,23 +245,6 @@ def _better(key: str, higher_is_better: bool) -> str:
     return "high" if higher_is_better else "low"
 
 
-_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-
-
-def _number(text: str) -> float | None:
-    """The number a headline cell shows (``52.3 (-19.6) ≈`` -> 52.3, ``never`` -> inf, ``–`` -> None)."""
-    text = text.strip()
-    if text == "never":
-        return math.inf
-    m = _NUMBER.match(text)
-    return float(m.group()) if m else None
-
-
-def _interval(text: str) -> tuple[float, float] | None:
-    found = _NUMBER.findall(text or "")
-    return (float(found[0]), float(found[1])) if len(found) == 2 else None
-
-
 # -- one table ---------------------------------------------------------------------------------------------
 class _Table:
     """The merged rows of a group's runs, renamed one model per row, and the report's headline over them."""
@@ -286,17 +252,17 @@ class _Table:
     def __init__(self, group: _Group):
         self.group = group
         first = group.runs[0]
-        self.preferred = _preferred(first.record)
-        self.seed = int(first.record.get("seed") or 0)
-        self.baseline = _baseline(first.record)
-        self.rows: list[dict[str, Any]] = []
-        self.samples: list[dict[str, Any]] = []
+        self.preferred = first.record.metrics
+        self.seed = int(first.record.seed or 0)
+        self.baseline = generated_baseline(first.record) or CLEAN  # what the runs read unshifted
+        self.rows: list[Row] = []
+        self.samples: list[Samples] = []
         self.members: dict[str, dict[str, Any]] = {}  # row id -> model, weights, run, others
         self.also: list[str] = []
         keys: dict[tuple[str, str], str] = {}
         # the latest finished run of a model gives its numbers; the others are named under the table
-        for run in sorted(group.runs, key=lambda r: -(r.record.get("finished") or 0)):
-            for label in dict.fromkeys(r["model"] for r in run.rows):
+        for run in sorted(group.runs, key=lambda r: -(r.record.finished or 0)):
+            for label in dict.fromkeys(r.model for r in run.rows):
                 key, shown, title = _model_key(run, label)
                 if key in keys:
                     self.members[keys[key]]["others"].append((run, label))
@@ -305,10 +271,10 @@ class _Table:
                 keys[key] = rid
                 self.members[rid] = {"model": label, "weights": shown, "weights_title": title, "run": run,
                                      "others": []}
-                self.rows += [{**r, "model": rid} for r in run.rows if r["model"] == label]
-                self.samples += [{**s, "model": rid} for s in run.samples if s["model"] == label]
+                self.rows += [replace(r, model=rid) for r in run.rows if r.model == label]
+                self.samples += [replace(s, model=rid) for s in run.samples if s.model == label]
         order = [rid for run in group.runs for rid, m in self.members.items() if m["run"] is run]
-        self.rows.sort(key=lambda r: order.index(r["model"]))  # the models in the order of the runs given
+        self.rows.sort(key=lambda r: order.index(r.model))  # the models in the order of the runs given
         self.unc = Uncertainty(self.samples, seed=self.seed) if self.samples else None
         tables = _tables(self.rows, self.preferred, self.baseline)
         self.main = headline_table(tables, self.preferred)
@@ -318,7 +284,7 @@ class _Table:
                          if self.samples and self.main is not None and self.main.higher_is_better else [])
         self.head = headline(self.rows, tables, self.preferred, self.unc, baseline=self.baseline,
                              failures=self.failures) if self.main is not None else None
-        self._pairs: dict[tuple[str, str], dict[tuple[str, int], dict[str, Any]]] = {}
+        self._pairs: dict[tuple[str, str], dict[tuple[str, int], HeadCell]] = {}
         for rid, m in self.members.items():
             for run, label in m["others"]:
                 self.also.append(f"{m['model']} (weights {m['weights']}): also measured by {run.where}"
@@ -334,8 +300,8 @@ class _Table:
     def _agreement(self, rid: str, run: _Run, label: str) -> str:
         """Whether another run of the same model gave the same clean number."""
         metric = self.main.metric if self.main is not None else None
-        mine = [r["value"] for r in self.rows if r["model"] == rid and r["shift"] == CLEAN and r["metric"] == metric]
-        theirs = [r["value"] for r in run.rows if r["model"] == label and r["shift"] == CLEAN and r["metric"] == metric]
+        mine = [r.value for r in self.rows if r.model == rid and r.shift == CLEAN and r.metric == metric]
+        theirs = [r.value for r in run.rows if r.model == label and r.shift == CLEAN and r.metric == metric]
         if not mine or not theirs:
             return ""
         base = "clean" if self.baseline == CLEAN else self.baseline  # a generated folder's own images
@@ -344,19 +310,19 @@ class _Table:
         scale = 100.0 if self.main.percent else 1.0
         return f" ({base} {metric} {scale * theirs[0]:.4g} there, {scale * mine[0]:.4g} here)"
 
-    def pair(self, above: str, below: str) -> dict[tuple[str, int], dict[str, Any]]:
+    def pair(self, above: str, below: str) -> dict[tuple[str, int], HeadCell]:
         """The report's paired comparison of ``below`` against ``above`` on every mean column (the headline's
         "models compared": exact McNemar or the paired bootstrap, ≈ at p >= 0.05), keyed by (head, occurrence)."""
         if (above, below) in self._pairs:
             return self._pairs[(above, below)]
-        rows = [r for r in self.rows if r["model"] == above] + [r for r in self.rows if r["model"] == below]
+        rows = [r for r in self.rows if r.model == above] + [r for r in self.rows if r.model == below]
         tables = _tables(rows, self.preferred, self.baseline)
         head = headline(rows, tables, self.preferred, self.unc, baseline=self.baseline)
-        found: dict[tuple[str, int], dict[str, Any]] = {}
-        pairs = (head or {}).get("pairs")
-        if pairs and pairs.get("rows"):
+        found: dict[tuple[str, int], HeadCell] = {}
+        pairs = head.pairs if head is not None else None
+        if pairs and pairs.rows:
             seen: dict[str, int] = {}
-            for h, c in zip(pairs["heads"], pairs["rows"][0]["cells"]):
+            for h, c in zip(pairs.heads, pairs.rows[0].cells):
                 seen[h] = seen.get(h, -1) + 1
                 found[(h, seen[h])] = c
         self._pairs[(above, below)] = found
@@ -367,40 +333,22 @@ class _Table:
 def _tie(table: _Table, key: str, pair_head: tuple[str, int] | None, col: int, above: dict[str, Any],
          below: dict[str, Any]) -> str | None:
     """Why ``below`` is within noise of ``above`` in column ``col`` (its hover text), or None."""
-    kind = _kind(key)
     a, b = above["cells"][col], below["cells"][col]
-    if _number(a["text"]) is None or _number(b["text"]) is None:
+    if a.rank_value is None or b.rank_value is None:
         return None
-    if kind == "paired" and pair_head is not None:
+    if _kind(key) == "paired" and pair_head is not None:
         c = table.pair(above["id"], below["id"]).get(pair_head)
-        if c and c.get("cls") == "noise":
-            return f"within noise of the row above: {c.get('title') or c.get('text')}"
+        if c is not None and c.value is not None and c.noise:
+            return f"within noise of the row above: {c.title or c.text}"
         return None
-    if key == "bg-gap":
-        x, y = _interval(a.get("ci", "")), _interval(b.get("ci", ""))
-        if x and y and max(x[0], y[0]) <= min(x[1], y[1]):
-            return f"within noise of the row above: the 95% CIs of their BG-Gaps overlap ({a['ci']} and {b['ci']})"
-        return None
-    if key == "breaks-at":
-        x, y = _break_interval(table, above["id"]), _break_interval(table, below["id"])
-        if x and y and max(x[0], y[0]) <= min(x[1], y[1]):
-            return (f"within noise of the row above: the 95% CIs of where they break overlap "
-                    f"({_fmt_interval(x)} and {_fmt_interval(y)})")
+    overlap = (a.low is not None and a.high is not None and b.low is not None and b.high is not None
+               and max(a.low, b.low) <= min(a.high, b.high))  # on the numbers, never on their rounded text
+    if key == "bg-gap" and overlap:
+        return f"within noise of the row above: the 95% CIs of their BG-Gaps overlap ({a.ci} and {b.ci})"
+    if key == "breaks-at" and overlap:
+        x, y = (f"[{c.low:.2f}, {'beyond' if math.isinf(c.high) else f'{c.high:.2f}'}]" for c in (a, b))
+        return f"within noise of the row above: the 95% CIs of where they break overlap ({x} and {y})"
     return None
-
-
-def _break_interval(table: _Table, rid: str) -> tuple[float, float] | None:
-    found = breaks_at(table.failures, rid)
-    if found is None:
-        return None
-    if not found["crossed"]:  # never within the measured severities: somewhere beyond the last one
-        return float(found["severities"][-1]), math.inf
-    p = found["entry"]["point"]
-    return float(p.low), float(p.high)
-
-
-def _fmt_interval(x: tuple[float, float]) -> str:
-    return f"[{x[0]:.2f}, {'beyond' if math.isinf(x[1]) else f'{x[1]:.2f}'}]"
 
 
 def _ranked(table: _Table, columns: list[dict[str, Any]], rows: list[dict[str, Any]],
@@ -409,7 +357,7 @@ def _ranked(table: _Table, columns: list[dict[str, Any]], rows: list[dict[str, A
     rank and, when within noise of the row above, the reason."""
     column = columns[col]
     sign = -1.0 if column["better"] == "high" else 1.0
-    ordered = sorted(rows, key=lambda r: ((v := _number(r["cells"][col]["text"])) is None,
+    ordered = sorted(rows, key=lambda r: ((v := r["cells"][col].rank_value) is None,
                                           sign * v if v is not None else 0.0, r["model"], r["weights"]))
     # the paired test's column: (head, occurrence) among the mean columns, as the headline lists its pairs
     pair_head = None
@@ -478,7 +426,7 @@ def _condition(c: tuple) -> str:
 def _title(group: _Group, table: _Table) -> str:
     p = group.profile
     data = (p["inputs"].get("dataset") or {})
-    name = data.get("name") or (group.runs[0].record.get("spec") or {}).get("dataset") or "dataset"
+    name = data.get("name") or (group.runs[0].record.spec or {}).get("dataset") or "dataset"
     unit = " (%)" if table.main is not None and table.main.percent else ""
     parts = [f"{name}, {data['samples']} samples" if data.get("samples") is not None else str(name),
              f"{p['metric']}{unit}", plural(len(p["conditions"]), "condition"), f"seed {p['seed']}"]
@@ -489,11 +437,11 @@ def _title(group: _Group, table: _Table) -> str:
     return ", ".join(parts)
 
 
-def _cell_view(cell: dict[str, Any], n: int | None) -> dict[str, Any]:
-    value = _number(cell.get("text", ""))
-    extra = f" n={cell['n']}" if cell.get("n") not in (None, n) else ""
-    return {"text": cell.get("text", "") + extra, "ci": cell.get("ci") or "", "title": cell.get("title") or "",
-            "cls": cell.get("cls") or "",
+def _cell_view(cell: HeadCell, n: int | None) -> dict[str, Any]:
+    """A headline cell as the board writes it; its sort key is the number as shown (the HTML sorts what it shows)."""
+    value = cell.shown
+    extra = f" n={cell.n}" if cell.n not in (None, n) else ""
+    return {"text": cell.text + extra, "ci": cell.ci, "title": cell.title, "cls": cell.cls,
             "sort": "" if value is None else "Infinity" if math.isinf(value) else repr(value)}
 
 
@@ -538,9 +486,9 @@ def leaderboard(stores: Sequence[str | os.PathLike], by: str | None = None) -> d
 def _columns(table: _Table) -> list[dict[str, Any]]:
     hib = table.main.higher_is_better
     out = []
-    for i, c in enumerate(table.head["columns"]):
+    for i, c in enumerate(table.head.columns):
         key = column_key(c, first=i == 0)
-        out.append({"key": key, "head": c["head"], "group": c.get("group") or "", "title": c.get("title") or "",
+        out.append({"key": key, "head": c.head, "group": c.group or "", "title": c.title or "",
                     "better": _better(key, hib), "kind": _kind(key)})
     return out
 
@@ -548,10 +496,10 @@ def _columns(table: _Table) -> list[dict[str, Any]]:
 def _board_table(index: int, group: _Group, table: _Table, columns: list[dict[str, Any]], by: str,
                  ref: _Run | None) -> dict[str, Any]:
     rows = []
-    for r in table.head["rows"]:
-        m = table.members[r["model"]]
-        rows.append({"id": r["model"], "model": m["model"], "weights": m["weights"],
-                     "weights_title": m["weights_title"], "n": r.get("n"), "run": m["run"].where, "cells": r["cells"]})
+    for r in table.head.rows:
+        m = table.members[r.model]
+        rows.append({"id": r.model, "model": m["model"], "weights": m["weights"],
+                     "weights_title": m["weights_title"], "n": r.n, "run": m["run"].where, "cells": r.cells})
     fallback = ""
     col = next((i for i, c in enumerate(columns) if c["key"] == by), None)
     if col is None:
@@ -573,18 +521,13 @@ def _board_table(index: int, group: _Group, table: _Table, columns: list[dict[st
                      "and every change in brackets is against it. ")
     note = (f"{fallback}Ranked by {head_text} ({'higher' if column['better'] == 'high' else 'lower'} is better; "
             f"rows without a value last). ≈ after a rank: within noise of the row above, where {rule}. One row per "
-            f"model and weights (sha256, first 12 hex digits). " + _HOVER.sub("", table.head.get("note") or ""))
-    head = [{"key": "rank", "head": "rank", "group": "", "better": "low", "kind": "num",
-             "title": f"rank by {head_text}; ≈: within noise of the row above"},
-            {"key": "model", "head": "model", "group": "", "title": "the model's name in its run", "better": "low",
-             "kind": "text"},
-            {"key": "weights", "head": "weights", "group": "", "title": "sha256 of the weights (first 12 hex digits)",
-             "better": "low", "kind": "text"},
-            {"key": "n", "head": "n", "group": "", "title": "samples per condition (clean)", "better": "high",
-             "kind": "num"}]
+            f"model and weights (sha256, first 12 hex digits). " + _HOVER.sub("", table.head.note))
+    head = [_own_column("rank", f"rank by {head_text}; ≈: within noise of the row above", "low", "num"),
+            _own_column("model", "the model's name in its run", "low", "text"),
+            _own_column("weights", "sha256 of the weights (first 12 hex digits)", "low", "text"),
+            _own_column("n", "samples per condition (clean)", "high", "num")]
     head += [{**c, "kind": "num", "by": c["key"] == column["key"]} for c in columns]
-    head.append({"key": "run", "head": "run", "group": "", "title": "the store and run the row's numbers come from",
-                 "better": "low", "kind": "text"})
+    head.append(_own_column("run", "the store and run the row's numbers come from", "low", "text"))
     out_rows = []
     for r in ranked:
         lead = [{"text": f"{r['rank']}{' ≈' if r['tie'] else ''}", "ci": "", "title": r["tie"] or "",
@@ -604,6 +547,11 @@ def _board_table(index: int, group: _Group, table: _Table, columns: list[dict[st
     return {"index": index, "title": _title(group, table), "metric": table.main.metric, "differs": differs,
             "head": head, "rows": out_rows, "note": note, "by": column["key"],
             "sources": [run.where for run in group.runs], "also": table.also}
+
+
+def _own_column(key: str, title: str, better: str, kind: str) -> dict[str, Any]:
+    """A column of the board's own beside the headline's (rank, model, weights, n, run): its head is its key."""
+    return {"key": key, "head": key, "group": "", "title": title, "better": better, "kind": kind}
 
 
 # -- outputs -----------------------------------------------------------------------------------------------

@@ -2,12 +2,11 @@
 against clean, the controls and the attack in their own rows, and whether the paper's ordering
 (class label >= caption > colour ~ texture >> adversarial) holds.
 
-Families: ``background_inpaint`` / ``adversarial_diffusion`` are placed by their prompt (``class_label``,
-``caption``, ``colorN``, ``textureN``); the weight-free backend maps ``background_color`` to colour,
-``background_texture`` to texture, ``background_scene`` to ``mixed_same`` / ``mixed_rand`` (another congruent
-scene, the compose stand-in for the natural class-label and caption backgrounds / an incongruent one; their
-difference is the BG-Gap, :func:`bg_gap`) or ``scene`` (a named or random scene), and
-``adversarial_texture`` / ``adversarial_diffusion`` to adversarial.
+Families: each background shift declares its conditions' family (registry ``ShiftInfo.compose``): colour,
+texture, ``scene`` (``background_scene``; ``mixed_same`` / ``mixed_rand`` for another congruent scene, the
+compose stand-in for the natural class-label and caption backgrounds / an incongruent one; their difference is
+the BG-Gap, :func:`bg_gap`), the two controls, adversarial; ``background_inpaint``'s prompt names its family
+(``class_label``, ``caption``, ``colorN``, ``textureN``, else custom).
 Each family has a role, what it is: ``natural scene`` (class label, caption, scene, Mixed-Same, Mixed-Rand),
 ``synthetic background`` (vivid colours, textures), ``custom prompt`` (an inpainting prompt of the user's),
 ``control`` (``object_only``, ``background_only``: masking conditions, 0 % by construction for
@@ -24,7 +23,7 @@ The paper's Table 1 (``PAPER_TABLE1``) sits beside ours only when the run follow
 (:func:`paper_protocol`: top-1, curated, every family of the table with the paper's four colour and four
 texture prompts); otherwise one line says why there is no comparison. The same ``_ordering`` function
 decides the ordering on our worst values and on the paper's, so both verdicts are computed. The adversarial family is
-also split by the attack's source model (``ATTACK_SOURCE``): the attacked model's rows are white-box, every
+also split by the attack's source model (``ShiftInfo.source``): the attacked model's rows are white-box, every
 other model's rows are transfer. The ordering check keeps the paper's definition of the adversarial family
 (the mean over all classifiers, white-box and transfer together: the paper attacks one of its seven).
 
@@ -47,13 +46,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..registry import shift_info
+from ..results.records import load
 from ..severity import Severity, canonical
 from ..severity import label as severity_label
 from .blocks import blocks_to_markdown, cell
+from .stats import Uncertainty
 
 __all__ = ["family_of", "role_of", "attack_source", "summarise", "summary_blocks", "blocks_from_summary",
            "to_markdown", "write_summary", "FAMILY_ORDER", "ROLES", "SIMILAR", "FAR", "TITLE", "PAPER_TABLE1",
-           "ATTACK_SOURCE", "SIDE_BY_SIDE", "bg_gap", "paper_protocol", "PAPER_PROMPTS", "NATURAL_FAMILIES",
+           "SIDE_BY_SIDE", "bg_gap", "paper_protocol", "PAPER_PROMPTS", "NATURAL_FAMILIES",
            "SYNTHETIC_FAMILIES", "CUSTOM_FAMILIES", "CONTROLS", "ATTACKS", "ROLE_GROUPS"]
 
 FAMILY_ORDER = ("class_label", "caption", "scene", "mixed_same", "mixed_rand", "color", "texture", "custom",
@@ -85,12 +87,6 @@ PAPER_NAME = "ObjectCompose Table 1 (ImageNet-B_1000, mean of 7 classifiers)"
 PAPER_PROMPTS = 4  # the paper's colour and texture families are the worst of 4 prompts each (its Table 6)
 GAP_SOURCE = "Xiao et al., Noise or Signal: The Role of Image Backgrounds in Object Recognition, ICLR 2021"
 
-# The attack's source model: the shift param that names it and its default when the spec leaves it out
-# (adversarial_texture(model=...), adversarial_diffusion(classifier=...); test_report_objectcompose checks
-# these defaults against the shifts' signatures).
-ATTACK_SOURCE: dict[str, tuple[str, str]] = {"adversarial_texture": ("model", "efficientnet_lite0"),
-                                             "adversarial_diffusion": ("classifier", "efficientnet_lite0")}
-
 # The side-by-side rows: (row key, our family, part of the adversarial family or None, paper key or None)
 SIDE_BY_SIDE: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("clean", "clean", None, "clean"), ("class_label", "class_label", None, "class_label"),
@@ -102,34 +98,31 @@ SIDE_BY_SIDE: tuple[tuple[str, str, str | None, str | None], ...] = (
 
 
 def family_of(shift: str, params: dict[str, Any] | None) -> str | None:
-    """The ObjectCompose family of a condition, or None for conditions outside the protocol."""
-    params = params or {}
-    if shift in ("adversarial_texture", "adversarial_diffusion"):
-        return "adversarial"
-    if shift == "background_inpaint":
-        prompt = str(params.get("prompt", "class_label"))
-        family = prompt.rstrip("0123456789")
-        return family if family in ("class_label", "caption", "color", "texture") else "custom"
-    if shift == "background_scene" and params.get("scene") in ("mixed_same", "mixed_rand"):
+    """The ObjectCompose family of a condition: its shift's declared ``compose`` (registry ShiftInfo), where
+    an inpainting prompt or a Mixed-Same / Mixed-Rand scene names its own; None outside the protocol."""
+    params, family = params or {}, shift_info(shift).compose
+    if family == "prompt":
+        prompt = str(params.get("prompt", "class_label")).rstrip("0123456789")
+        return prompt if prompt in ("class_label", "caption", "color", "texture") else "custom"
+    if family == "scene" and params.get("scene") in ("mixed_same", "mixed_rand"):
         return str(params["scene"])
-    return {"background_color": "color", "background_texture": "texture", "background_scene": "scene",
-            "object_only": "object_only", "background_only": "background_only"}.get(shift)
+    return family
 
 
 def attack_source(shift: str, params: dict[str, Any] | None) -> str | None:
     """The model an adversarial condition optimises against (white-box for it, transfer for the rest), or
-    None for a shift that is no attack or a source given as an object rather than a registered name."""
-    if shift not in ATTACK_SOURCE:
+    None for a shift that is no attack or a source given as an object rather than a registered name. The shift
+    declares the parameter that names it and its default (registry ShiftInfo.source)."""
+    if (declared := shift_info(shift).source) is None:
         return None
-    key, default = ATTACK_SOURCE[shift]
+    key, default = declared
     source = (params or {}).get(key, default)
     return source if isinstance(source, str) and source != "custom" else None
 
 
 def role_of(family: str) -> str:
-    """What a family is: ``"natural scene"`` (class label, caption, scene, Mixed-Same, Mixed-Rand),
-    ``"synthetic background"`` (colour, texture), ``"custom prompt"`` (an inpainting prompt of the user's),
-    ``"control"`` (the masking conditions) or ``"attack"`` (adversarial backgrounds)."""
+    """What a family is (``ROLES``: natural scene, synthetic background, control, attack); any other family is
+    a user's inpainting prompt, ``"custom prompt"``."""
     return ROLES.get(family, "custom prompt")
 
 
@@ -594,22 +587,10 @@ def to_markdown(summary: dict[str, Any]) -> str:
 def write_summary(store: str | os.PathLike, out: str | os.PathLike, run_id: str | None = None,
                   metric: str = "top1") -> Path:
     """Write ``objectcompose.md`` and ``objectcompose.json`` for a run of ``store`` into ``out``."""
-    from ..results.store import Store
 
-    from ..results.artifacts import stored_curation
-
-    db = Store(store, create=False)
-    try:
-        run = db.run(run_id)
-        rows = db.rows(run["run_id"])
-        samples = db.samples(run["run_id"])
-        curated = stored_curation(db, run["run_id"]) is not None
-    finally:
-        db.close()
-    from .stats import Uncertainty
-
-    unc = Uncertainty(samples, seed=int(run.get("seed") or 0)) if samples else None
-    summary = summarise(rows, metric, unc, curated)
+    run, = load(store, run_id, ("results", "samples", "curation"), check=False)
+    summary = summarise(run.rows, metric, Uncertainty(run.samples, seed=run.seed) if run.samples else None,
+                        run.curation is not None)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "objectcompose.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")

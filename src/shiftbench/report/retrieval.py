@@ -23,6 +23,8 @@ import argparse
 import re
 from typing import Any, Sequence
 
+from ..registry import SHIFTS
+from ..results.records import load
 from ..severity import Severity, canonical
 from ..severity import label as severity_label
 from .blocks import blocks_to_markdown, cell
@@ -180,7 +182,6 @@ def retrieval_blocks(rows: Sequence[dict[str, Any]], k: int = 10) -> list[dict[s
     shifts at severity 5 and of text shifts at severity 3, the remaining (shift, severity) conditions once,
     and recall per category. The note on gamma above 1 stands beside R_subset and after every gamma table
     with a value above 1, and only when the run has one."""
-    from ..registry import SHIFTS
 
     above = gamma_above_one(rows)
     names = list(dict.fromkeys(r["shift"] for r in rows if r["shift"] != "clean"))  # spec order
@@ -233,16 +234,12 @@ def retrieval_tables(rows: Sequence[dict[str, Any]], k: int = 10) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..results.store import Store
-
     parser = argparse.ArgumentParser(prog="python -m shiftbench.report.retrieval")
     parser.add_argument("store")
     parser.add_argument("--run", default=None)
     parser.add_argument("--k", type=int, default=10)
     args = parser.parse_args(argv)
-    with Store(args.store, create=False) as store:
-        run = store.run(args.run)
-        print(retrieval_tables(store.rows(run["run_id"]), args.k))
+    print(retrieval_tables(load(args.store, args.run, check=False)[0].rows, args.k))
 
 
 if __name__ == "__main__":  # pragma: no cover

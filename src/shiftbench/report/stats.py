@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import ShiftbenchError
 from ..metrics.uncertainty import (ChangeTest, SampleStatistic, bootstrap_test, mcnemar_test, percentile_interval,
                                    resample_counts)
-from ..results.store import params_key
+from ..condition import Condition, params_key
 from ..severity import Severity, canonical
 from ..severity import label as severity_label
 from .tables import CLEAN, Table, condition_label
@@ -51,8 +51,6 @@ NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the
 # the rule as every explanation of ≈ states it (How to read this, tables.md, hover texts)
 NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top-1, top-5) of one condition "
               "with one other, the paired bootstrap (1000 resamples) elsewhere")
-
-Condition = tuple[str, dict, Severity]  # (shift, params, severity): 3 or 2.5 (severity.canonical)
 
 _CACHE_DRAWS = 8  # draws kept: one row's value and change draws, a few times over
 _CACHE_CELLS = 4_000_000  # a draw larger than this (n ids x resamples) is not kept
@@ -197,7 +195,7 @@ class Uncertainty:
     # -- machinery -------------------------------------------------------------------------------------
 
     def _entry(self, model: str, metric: str, cond: Condition) -> _Entry | None:
-        key = (model, metric, cond[0], params_key(cond[1]), canonical(cond[2]))
+        key = (model, metric, cond.shift, cond.params_key, canonical(cond.severity))
         if key in self._ambiguous:
             return None
         return self._entries.get(key)
@@ -225,10 +223,10 @@ class Uncertainty:
                                "n": max(len(e.ids) for es in entries.values() for e in es),
                                "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None,
                                "test": None}
-        is_clean = all(c[0] == CLEAN for c in conds)
+        is_clean = all(c.shift == CLEAN for c in conds)
         if not against_clean or is_clean:
             return out
-        cleans = {m: self._entry(m, metric, (CLEAN, {}, 0)) for m in models}
+        cleans = {m: self._entry(m, metric, Condition("", "", CLEAN, {}, 0)) for m in models}
         with_clean = [m for m in models if cleans[m] is not None and cleans[m].kind in kinds]
         if not with_clean:
             return out
@@ -323,7 +321,7 @@ class Uncertainty:
 
     def _row_seed(self, conds: list[Condition]) -> int:
         """A 128-bit seed from the run's seed and the row's conditions: stable across builds and platforms."""
-        text = json.dumps([self.seed, [[c[0], params_key(c[1]), c[2]] for c in conds]],
+        text = json.dumps([self.seed, [[c.shift, c.params_key, c.severity] for c in conds]],
                           sort_keys=True, separators=(",", ":"))
         return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
 
@@ -373,9 +371,10 @@ def _canonical(conditions: Iterable[Condition]) -> list[Condition]:
     """Conditions in one order (shift, params, severity), duplicates removed, so the seed and the terms
     do not depend on how a caller listed them."""
     seen = {}
-    for shift, params, severity in conditions:
+    for c in conditions:
+        shift, params, severity = (c.shift, c.params, c.severity) if isinstance(c, Condition) else c  # or a row's triple
         severity = canonical(severity)  # 2.5 stays 2.5 (never merged into 2); 3.0 is 3, as the seed always wrote it
-        seen[(shift, params_key(params or {}), severity)] = (shift, dict(params or {}), severity)
+        seen[(shift, params_key(params or {}), severity)] = Condition("", "", shift, dict(params or {}), severity)
     return [seen[k] for k in sorted(seen)]
 
 
@@ -387,7 +386,7 @@ def row_conditions(table: Table, label: str) -> list[Condition]:
         return []
     shift, params = meta["shift"], meta.get("params") or {}
     if shift == CLEAN:
-        return [(CLEAN, params, 0)]
+        return [Condition("", "", CLEAN, params, 0)]
     base = condition_label(shift, params)
     severities = [canonical(s) for s in meta.get("severities") or []]
     if meta.get("severity") is not None:  # a per-severity row (tables.build_tables records its severity)
@@ -397,7 +396,7 @@ def row_conditions(table: Table, label: str) -> list[Condition]:
         if m is None:
             return []
         severities = [canonical(float(m.group(1)))]
-    return [(shift, params, s) for s in severities]
+    return [Condition("", "", shift, params, s) for s in severities]
 
 
 def _test_fields(test: ChangeTest | None) -> dict[str, Any]:

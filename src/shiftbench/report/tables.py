@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..errors import SeverityError
+from ..results.records import Row
 from ..severity import canonical
 from ..severity import label as severity_label
 from .blocks import markdown_text
@@ -54,6 +55,15 @@ def condition_label(shift: str, params: dict[str, Any]) -> str:
     return f"{shift} ({inner})"
 
 
+def fmt(v: float | None, percent: bool, signed: bool = False) -> str:
+    """A value as shown: x100 with one digit for a fraction (``percent``), else three digits; ``–`` for none."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    v = 100.0 * v if percent else v
+    digits = 1 if percent else 3
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
 @dataclass
 class Cell:
     value: float | None
@@ -92,11 +102,7 @@ class Table:
         return None if v is None else (100.0 * v if self.percent else v)
 
     def fmt(self, v: float | None, signed: bool = False) -> str:
-        v = self.scale(v)
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return "–"
-        digits = 1 if self.percent else 3
-        return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+        return fmt(v, self.percent, signed)
 
     def text(self, row: str, model: str) -> str:
         cell = self.cells.get((row, model))
@@ -133,52 +139,46 @@ class Table:
         return text
 
 
-def metric_order(rows: Iterable[dict[str, Any]], preferred: list[str]) -> list[str]:
-    seen: list[str] = []
-    for r in rows:
-        if r["metric"] not in seen:
-            seen.append(r["metric"])
+def metric_order(rows: Iterable[Row], preferred: list[str]) -> list[str]:
+    seen = list(dict.fromkeys(r.metric for r in rows))
     order = [m for m in preferred if m in seen]
     return order + [m for m in seen if m not in order]
 
 
-def build_tables(rows: list[dict[str, Any]], preferred: list[str] | None = None,
-                 per_severity: bool = False) -> list[Table]:
-    """One Table per metric. Rows average each (shift, params) over its severities unless ``per_severity``."""
+def build_tables(rows: list[Row], preferred: list[str] | None = None, per_severity: bool = False) -> list[Table]:
+    """One Table per metric of ``rows`` (results.records.Row). Rows average each (shift, params) over its
+    severities unless ``per_severity``."""
     tables = []
-    models = []
-    for r in rows:
-        if r["model"] not in models:
-            models.append(r["model"])
+    models = list(dict.fromkeys(r.model for r in rows))
     for metric in metric_order(rows, preferred or []):
-        mrows = [r for r in rows if r["metric"] == metric]
-        values = [r["value"] for r in mrows if r["value"] is not None]
-        extra = next((r.get("extra") or {} for r in mrows if r.get("extra")), {})
-        table = Table(metric=metric, higher_is_better=bool(extra.get("higher_is_better", True)),
+        mrows = [r for r in rows if r.metric == metric]
+        values = [r.value for r in mrows if r.value is not None]
+        first_extra = next((r for r in mrows if r.extra), None)  # the metric's direction, as its first row says
+        table = Table(metric=metric, higher_is_better=first_extra is None or first_extra.higher_is_better,
                       percent=bool(values) and all(0.0 <= v <= 1.0 for v in values), models=list(models))
-        groups: dict[tuple[str, str], list[dict]] = {}
+        groups: dict[tuple[str, str], list[Row]] = {}
         first: dict[str, int] = {}  # a (shift, params)'s first row: its severities' rows stay together, in order
         for r in mrows:
-            base = label = condition_label(r["shift"], r["params"])
-            severity = canonical(r["severity"])
-            if per_severity and r["shift"] != CLEAN:
+            base = label = condition_label(r.shift, r.params)
+            severity = canonical(r.severity)
+            if per_severity and r.shift != CLEAN:
                 label = severity_row(base, severity)
-            groups.setdefault((label, r["model"]), []).append(r)
+            groups.setdefault((label, r.model), []).append(r)
             if label not in table.rows:
                 first.setdefault(base, len(first))
                 table.rows.append(label)
-                table.row_meta[label] = {"shift": r["shift"], "params": r["params"], "base": base,
-                                         "severities": sorted({canonical(x["severity"]) for x in mrows
-                                                               if x["shift"] == r["shift"] and x["params"] == r["params"]})}
-                if per_severity and r["shift"] != CLEAN:
+                table.row_meta[label] = {"shift": r.shift, "params": r.params, "base": base,
+                                         "severities": sorted({canonical(x.severity) for x in mrows
+                                                               if x.shift == r.shift and x.params == r.params})}
+                if per_severity and r.shift != CLEAN:
                     table.row_meta[label]["severity"] = severity
         # clean first; the rows of one shift together, its severities in numerical order (2.5 between 2 and 3)
         table.rows.sort(key=lambda lab: (lab != CLEAN, first[table.row_meta[lab]["base"]],
                                          table.row_meta[lab].get("severity", 0)))
         for (label, model), group in groups.items():
-            vals = [g["value"] for g in group if g["value"] is not None]
+            vals = [g.value for g in group if g.value is not None]
             value = sum(vals) / len(vals) if vals else None
-            table.cells[(label, model)] = Cell(value, None, max(g["n"] for g in group))  # samples per condition
+            table.cells[(label, model)] = Cell(value, None, max(g.n for g in group))  # samples per condition
         for label in table.rows:
             for model in models:
                 cell = table.cells.get((label, model))
@@ -212,7 +212,7 @@ def to_markdown(table: Table) -> str:
 def _noise(table: Table, row: str, model: str) -> bool:
     """Whether a shifted cell's change against clean is within noise (its test's p >= 0.05)."""
     cell = table.cells.get((row, model))
-    return row != CLEAN and cell is not None and bool(getattr(cell, "noise", None))
+    return row != CLEAN and cell is not None and bool(cell.noise)
 
 
 def to_csv_rows(table: Table) -> list[list[str]]:

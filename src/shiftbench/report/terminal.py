@@ -12,39 +12,40 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .headline import Column, HeadCell, Headline
+
 __all__ = ["print_headline"]
 
 
-def _head(column: dict[str, str], sep: str) -> str:
-    group, head = column.get("group") or "", column.get("head") or ""
-    return head if group in ("", "clean", head) else f"{group}{sep}{head}"
+def _head(column: Column, sep: str) -> str:
+    return column.head if column.group in ("", "clean", column.head) else f"{column.group}{sep}{column.head}"
 
 
-def _cell(cell: dict[str, Any], sep: str) -> str:
-    return cell.get("text", "") + (f"{sep}{cell['ci']}" if cell.get("ci") else "")
+def _cell(cell: HeadCell, sep: str) -> str:
+    return cell.text + (f"{sep}{cell.ci}" if cell.ci else "")
 
 
-def print_headline(console: Any, head: dict[str, Any], title: str) -> None:
-    """Print ``head`` (a headline dict) under ``title`` on a rich console, then its note."""
+def print_headline(console: Any, head: Headline, title: str) -> None:
+    """Print ``head`` (report.headline.Headline) under ``title`` on a rich console, then its note."""
     from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
-    columns = head.get("columns") or []
+    columns = head.columns
     table = Table(title=Text(title), title_justify="left")
     table.add_column("model", no_wrap=True)
     for c in columns:
         table.add_column(Text(_head(c, "\n")), justify="right", no_wrap=True)
-    for row in head.get("rows") or []:
-        table.add_row(Text(str(row["model"])), *(Text(_cell(cell, "\n")) for cell in row["cells"]))
+    for row in head.rows:
+        table.add_row(Text(str(row.model)), *(Text(_cell(cell, "\n")) for cell in row.cells))
     needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if needed <= console.width:
         console.print(table)
     else:
         console.print(title, markup=False, soft_wrap=True)
-        for row in head.get("rows") or []:
-            cells = " · ".join(f"{_head(c, ': ')} {_cell(cell, ' ')}" for c, cell in zip(columns, row["cells"]))
-            console.print(f"{row['model']}: {cells}", markup=False, soft_wrap=True)
-    note = re.sub(r"\s*\((?:hover|point at)[^)]*\)", "", head.get("note") or "")  # the HTML's tooltips are not here
+        for row in head.rows:
+            cells = " · ".join(f"{_head(c, ': ')} {_cell(cell, ' ')}" for c, cell in zip(columns, row.cells))
+            console.print(f"{row.model}: {cells}", markup=False, soft_wrap=True)
+    note = re.sub(r"\s*\((?:hover|point at)[^)]*\)", "", head.note or "")  # the HTML's tooltips are not here
     if note:
         console.print(note, markup=False, soft_wrap=True)

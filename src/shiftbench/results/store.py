@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..condition import Condition, canonical_json, params_key  # noqa: F401  (params_key: importable from here)
 from ..errors import Option, StoreError
 from ..seeds import check_seed
 from ..severity import Severity, canonical
@@ -52,37 +53,8 @@ _CONDITION_TYPES = {"model": (str,), "dataset": (str,), "shift": (str,), "params
 _ROW_TYPES = {**_CONDITION_TYPES, "run_id": (str,), "metric": (str,), "value": _NUMBER + (type(None),), "n": (int,)}
 
 
-def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no spaces: equal values give equal strings (used as keys)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def params_key(params: dict[str, Any] | None) -> str:
-    """The one key of a shift's params (canonical JSON, ``{}`` for none): the stored conditions, the
-    thumbnails and predictions, the retrieval units and the report's tables all group by it, so a resumed
-    run finds the conditions an earlier one stored.
-
-    >>> params_key({"b": 1, "a": [0.5]}), params_key(None)
-    ('{"a":[0.5],"b":1}', '{}')
-    """
-    return canonical_json(params or {})
-
-
 def spec_hash(spec: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()
-
-
-@dataclass(frozen=True)
-class ConditionKey:
-    model: str
-    dataset: str
-    shift: str
-    params: dict[str, Any]
-    severity: Severity  # stored as given by canonical(): 3 (INTEGER), 2.5 (REAL, read back as 2.5)
-
-    @property
-    def params_json(self) -> str:
-        return params_key(self.params)
 
 
 class Store(Database):
@@ -91,7 +63,7 @@ class Store(Database):
     >>> import tempfile, os
     >>> store = Store(os.path.join(tempfile.mkdtemp(), "r.db"))
     >>> run = store.start_run({"dataset": "d"}, seed=0)
-    >>> cid = store.condition(run, ConditionKey("m", "d", "clean", {}, 0))
+    >>> cid = store.condition(run, Condition("m", "d", "clean", {}, 0))
     >>> store.finish_condition(cid, {"top1": (0.5, 10)})
     True
     >>> [(r["metric"], r["value"], r["n"]) for r in store.rows(run)]
@@ -215,10 +187,10 @@ class Store(Database):
         raise StoreError(f"{self.path}: no run {run_id!r} (runs: {', '.join(r['run_id'] for r in runs)})")
 
     # -- conditions ---------------------------------------------------------------------------
-    def condition(self, run_id: str, key: ConditionKey) -> int:
+    def condition(self, run_id: str, key: Condition) -> int:
         """The id of a condition of ``run_id`` (created pending if new)."""
         # canonical, never truncated: 2.5 is its own condition; a whole 3.0 is the 3 of every earlier run
-        args = (run_id, key.model, key.dataset, key.shift, key.params_json, canonical(key.severity))
+        args = (run_id, key.model, key.dataset, key.shift, key.params_key, canonical(key.severity))
         with self._write() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO conditions (run_id, model, dataset, shift, params, severity)"

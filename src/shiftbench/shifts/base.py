@@ -39,11 +39,10 @@ def derive_seed(seed: int, sample_id: str | None, shift_name: str) -> list[int]:
     """Entropy words for a per-sample generator: the seed plus a hash of (sample id, shift name).
 
     A stable hash (sha256) rather than Python's ``hash`` so that the same inputs give the same
-    stream on every machine, process and worker. The seed must be in the one domain (seeds.py,
-    ``0 <= seed < 2**63``, else a SeedError): its two 32-bit words hold it whole, so distinct seeds
-    give distinct words, and distinct streams.
+    stream on every machine, process and worker. The seed is one already checked where it entered
+    (seeds.py, ``0 <= seed < 2**63``): its two 32-bit words hold it whole, so distinct seeds give
+    distinct words, and distinct streams.
     """
-    seed = check_seed(seed)
     key = f"{'' if sample_id is None else sample_id}\x1f{shift_name}".encode("utf-8")
     digest = hashlib.sha256(key).digest()
     words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
@@ -56,7 +55,8 @@ UNHASHED_ID = "array"
 
 
 def make_rng(seed: int, sample_id: str | None, shift_name: str) -> np.random.Generator:
-    """The per-sample generator (PCG64, platform-independent)."""
+    """The per-sample generator (PCG64, platform-independent) for a seed given by a caller (checked here)."""
+    seed = check_seed(seed)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(derive_seed(seed, sample_id, shift_name))))
 
 
@@ -84,6 +84,7 @@ class Shift:
 
     name: ClassVar[str] = "shift"
     kind: ClassVar[str] = "image"  # "image", "sample" (needs a Sample with a mask) or "text"
+    role: ClassVar[str] = "other"  # what it changes (registry ShiftInfo.role): corruption, text, background, ...
     severities: ClassVar[tuple[int, int]] = (1, 5)
     default_severity: ClassVar[int | None] = None
     # a dial: any real severity in the range (shiftbench.severity), not only whole ones
@@ -129,12 +130,17 @@ class Shift:
         return value
 
     def rng(self, seed: int, sample_id: str | None) -> np.random.Generator:
-        return make_rng(seed, sample_id, self.name)
+        """:func:`make_rng` for a seed already checked (by a public call, the spec or a policy)."""
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(derive_seed(seed, sample_id, self.name))))
 
     def draw(self, sample: Sample, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
-        """Params for ``sample`` under (severity, seed): what a manifest records."""
+        """Params for ``sample`` under (severity, seed): what a manifest records. Checks both (the Python API)."""
         seed = check_seed(seed)  # before any work, and also for shifts that never build a generator
-        severity = self.check_severity(severity)
+        return self.draw_parsed(sample, self.check_severity(severity), seed)
+
+    def draw_parsed(self, sample: Sample, severity: int | float, seed: int) -> dict[str, Any]:
+        """:meth:`draw` for a severity and seed parsed where they entered (the spec, ``generate``'s options, a
+        policy, this shift's own call): taken as they are, per sample, never checked again."""
         self.check_sample(sample)
         params = self.sample_params(sample, severity, self.rng(seed, sample.id))
         return check_params(params, self.name)
@@ -189,11 +195,11 @@ class Shift:
         sample_id: str | None = None,
         return_params: bool = False,
     ) -> Any:
-        seed = check_seed(seed)
+        seed, severity = check_seed(seed), self.check_severity(severity)  # parsed once for every item
         if isinstance(x, (list, tuple)):
             return self._call_batch(list(x), severity, seed, sample_id, return_params)
         sample, unwrap = self._wrap(x, sample_id)
-        params = self.draw(sample, severity, seed)
+        params = self.draw_parsed(sample, severity, seed)
         out = unwrap(self.apply(sample, params))
         return (out, params) if return_params else out
 
@@ -204,7 +210,7 @@ class Shift:
             raise ShiftbenchError(f"shift {self.name!r}: {len(items)} items but {len(sample_ids)} sample ids")
         wrapped = [self._wrap(x, sid) for x, sid in zip(items, sample_ids)]
         samples = [w[0] for w in wrapped]
-        params = [self.draw(s, severity, seed) for s in samples]
+        params = [self.draw_parsed(s, severity, seed) for s in samples]
         outs = [unwrap(o) for (_, unwrap), o in zip(wrapped, self.apply_batch(samples, params))]
         return (outs, params) if return_params else outs
 
@@ -269,6 +275,7 @@ class TextShift(Shift):
     """
 
     kind: ClassVar[str] = "text"
+    role: ClassVar[str] = "text"
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "layout"})
 
     def text_params(self, text: str, severity: int, rng: np.random.Generator) -> dict[str, Any]:
@@ -280,7 +287,9 @@ class TextShift(Shift):
     def draw_text(self, text: str, severity: int | None = None, seed: int = 0, sample_id: str | None = None) -> dict:
         """Params for ``text``; without ``sample_id`` the text itself picks the stream (see the module docstring)."""
         seed = check_seed(seed)
-        severity = self.check_severity(severity)
+        return self._draw_text(text, self.check_severity(severity), seed, sample_id)
+
+    def _draw_text(self, text: str, severity: int | float, seed: int, sample_id: str | None) -> dict:
         if sample_id is None:
             sample_id = content_id(text)
         return check_params(self.text_params(text, severity, self.rng(seed, sample_id)), self.name)
@@ -294,25 +303,22 @@ class TextShift(Shift):
             return sample.replace(text=text)
         return sample.replace(caption=text)
 
-    def draw(self, sample: Any, severity: int | None = None, seed: int = 0) -> dict[str, Any]:
-        return self.draw_text(text_of(sample, self.name), severity, seed, sample.id)
+    def draw_parsed(self, sample: Any, severity: int | float, seed: int) -> dict[str, Any]:
+        return self._draw_text(text_of(sample, self.name), severity, seed, sample.id)
 
     def __call__(self, x: Any, severity: int | None = None, seed: int = 0, sample_id: str | None = None,
                  return_params: bool = False) -> Any:
-        seed = check_seed(seed)
         if isinstance(x, str):
             params = self.draw_text(x, severity, seed, sample_id)
             out = self.apply_text(x, params)
             return (out, params) if return_params else out
-        if isinstance(x, (list, tuple)):
-            return self._call_batch(list(x), severity, seed, sample_id, return_params)
-        return super().__call__(x, severity, seed, sample_id, return_params)
+        return super().__call__(x, severity, seed, sample_id, return_params)  # a list: our _call_batch
 
     def _call_batch(self, items, severity, seed, sample_ids, return_params):
         if all(isinstance(t, str) for t in items):
             if sample_ids is None or isinstance(sample_ids, str):
                 sample_ids = [sample_ids] * len(items)
-            params = [self.draw_text(t, severity, seed, sid) for t, sid in zip(items, sample_ids)]
+            params = [self._draw_text(t, severity, seed, sid) for t, sid in zip(items, sample_ids)]
             outs = self.apply_texts(items, params)
             return (outs, params) if return_params else outs
         return super()._call_batch(items, severity, seed, sample_ids, return_params)

@@ -13,6 +13,7 @@ from .base import Shift
 class Clean(Shift):
     """No change: the clean baseline (severity 0)."""
 
+    role: ClassVar[str] = "baseline"
     severities: ClassVar[tuple[int, int]] = (0, 0)
     default_severity: ClassVar[int | None] = 0
 

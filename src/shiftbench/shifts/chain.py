@@ -26,7 +26,6 @@ import numpy as np
 from ..errors import SeverityError, ShiftbenchError
 from ..registry import SHIFTS
 from ..sample import Sample
-from ..seeds import check_seed
 from ..severity import Severity, canonical, label
 from .base import Shift, check_params
 
@@ -168,12 +167,6 @@ class Chain(Shift):
         if len(self.steps) > 1:
             self._remember(sample, params, out)
         return params
-
-    def draw(self, sample: Sample, severity: Severity | None = None, seed: int = 0) -> dict[str, Any]:
-        seed = check_seed(seed)
-        severity = self.check_severity(severity)
-        self.check_sample(sample)
-        return check_params(self.sample_params(sample, severity, self.rng(seed, sample.id)), self.name)
 
     def check_sample(self, sample: Sample) -> None:
         # the first step sees the sample; later steps check what the steps before hand them (sample_params)

@@ -7,22 +7,22 @@ The corruption groups (``all``: ImageNet-C's 19, ``common``: its 15, ``noise``, 
 
 from __future__ import annotations
 
-from ..registry import SHIFTS
+from ..registry import SHIFTS, family_members
+from . import corruptions
 
 __all__ = ["group_members"]
 
 
 def group_members(name: str) -> list[str] | None:
     """The shifts the group ``name`` selects, in registration order; None when ``name`` is no group."""
-    from .corruptions import CORRUPTION_GROUPS
-
     if name in SHIFTS:
         return None
-    if name in CORRUPTION_GROUPS:
-        return list(CORRUPTION_GROUPS[name])
-    members = [e.name for e in SHIFTS.entries() if e.meta.get("group") == name]
+    groups = corruptions.CORRUPTION_GROUPS  # built from the registry on first use
+    if name in groups:
+        return list(groups[name])
+    members = family_members(name)
     if name == "cbar":  # in the published table's order (the registry's is its files' import order)
-        from .cbar import CBAR_CORRUPTIONS
+        from .cbar import CBAR_CORRUPTIONS  # deferred: start-up cost (pulls cv2, scipy)
 
         members = sorted(members, key=lambda m: CBAR_CORRUPTIONS.index(m) if m in CBAR_CORRUPTIONS else len(members))
     return members or None

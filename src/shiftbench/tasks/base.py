@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Sequence
 
+from ..models.base import as_image_list, check_outputs
+from .labels import plan_labels
 
 __all__ = ["Task"]
 
@@ -38,8 +40,6 @@ class Task:
 
     def predict_images(self, model: Any, images: Sequence[Any]) -> Any:
         """The model run on a batch of images as this task asks, its outputs checked (NaN/inf, length)."""
-        from ..models.base import as_image_list, check_outputs
-
         images = as_image_list(images)
         out = list(model.predict(images))
         check_outputs(out, _name(model), batch_size=len(images))
@@ -54,8 +54,6 @@ class Task:
                     class_subset: Any = None) -> Any:
         """Check ``model`` against ``dataset`` and plan the label mapping (:func:`~shiftbench.tasks.labels.plan_labels`),
         with the spec's class subset (``shiftbench.decisions.ClassSubset``) when it has one."""
-        from .labels import plan_labels
-
         return plan_labels(model, dataset, label_map, dataset_name=dataset_name, class_subset=class_subset)
 
     def metrics_for(self, model: Any) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ..models.base import as_image_list, check_outputs
 from ..sample import Sample
 from .base import Task
 
@@ -21,8 +22,6 @@ class Classification(Task):
 
     def predict_images(self, model: Any, images: Sequence[Any]) -> np.ndarray:
         """``predict_logits``: float32 (N, C), C the model's label space when it has one."""
-        from ..models.base import as_image_list, check_outputs
-
         images = as_image_list(images)
         out = model.predict_logits(images)
         space = getattr(model, "label_space", None)

@@ -31,6 +31,7 @@ import numpy as np
 from ..decisions import ClassSubset, DecisionMap
 from ..errors import ShiftbenchError, SpecError
 from ..labelspace import LabelSpace, map_spaces, recognize, suggest_class
+from ..models.base import Detections
 from ..sample import Sample
 
 __all__ = ["LabelPlan", "plan_labels", "dataset_label_space"]
@@ -105,8 +106,6 @@ class LabelPlan:
             return self.decision.scores(outputs, self.decision_columns)
         if self.to_model is None or self.task != "detection":
             return outputs
-        from ..models.base import Detections
-
         to_dataset = np.full(max(self.num_classes or 0, max(self.to_model, default=-1) + 1), -1, np.int64)
         for d, m in enumerate(self.to_model):
             if m >= 0:

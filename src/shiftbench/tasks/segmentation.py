@@ -6,6 +6,7 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ..models.base import as_image_list, check_outputs
 from ..sample import Sample
 from .base import Task
 
@@ -24,8 +25,6 @@ class Segmentation(Task):
     def predict_images(self, model: Any, images: Sequence[Any]) -> list[np.ndarray]:
         """float32 (H, W) foreground probabilities of a class-agnostic segmenter (``predict``), int64 (H, W)
         label maps of a semantic one (``predict_masks``)."""
-        from ..models.base import as_image_list, check_outputs
-
         images = as_image_list(images)
         out = model.predict(images) if getattr(model, "class_agnostic", False) else model.predict_masks(images)
         out = list(out)

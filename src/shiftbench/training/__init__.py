@@ -29,7 +29,7 @@ _TORCH_NAMES = ("ShiftDataset", "collate", "to_tensors")
 
 def __getattr__(name: str) -> Any:
     if name in _TORCH_NAMES:  # these import torch; load them only when asked for
-        from . import torch_data
+        from . import torch_data  # deferred: start-up cost (pulls torch)
 
         return getattr(torch_data, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

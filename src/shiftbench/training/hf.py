@@ -11,6 +11,7 @@ epoch is ``set_epoch(e)``'s, shared with DataLoader workers as in ShiftDataset.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import ShiftbenchError
@@ -20,21 +21,30 @@ from .transform import ShiftTransform
 __all__ = ["hf_transform", "HFShiftTransform"]
 
 
+@dataclass(frozen=True)
+class Columns:
+    """The columns an ``hf_transform`` reads and writes (see there; None: none), checked once."""
+
+    image_column: str = "image"
+    label_column: str | None = "label"
+    mask_column: str | None = None
+    id_column: str | None = None
+    record_column: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ShiftbenchError(f"hf_transform: {name} must be a column name, got {value!r}")
+        if self.image_column is None:
+            raise ShiftbenchError("hf_transform: image_column must be a column name, got None")
+
+
 class HFShiftTransform:
     """The callable ``hf_transform`` returns (see there); ``set_epoch(e)`` changes the epoch."""
 
-    def __init__(self, policy: ShiftPolicy, *, task: str, image_column: str = "image",
-                 label_column: str | None = "label", mask_column: str | None = None, id_column: str | None = None,
-                 record_column: str | None = None, seed: int = 0, epoch: int = 0):
-        for name, value in (("image_column", image_column), ("label_column", label_column),
-                            ("mask_column", mask_column), ("id_column", id_column), ("record_column", record_column)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ShiftbenchError(f"hf_transform: {name} must be a column name, got {value!r}")
-        if image_column is None:
-            raise ShiftbenchError("hf_transform: image_column must be a column name, got None")
+    def __init__(self, policy: ShiftPolicy, *, task: str, seed: int = 0, epoch: int = 0, **columns: Any):
+        vars(self).update(vars(Columns(**columns)))  # the checked names as attributes: image_column, label_column...
         self.transform = ShiftTransform(policy, task=task, seed=seed, epoch=epoch)
-        self.image_column, self.label_column, self.mask_column = image_column, label_column, mask_column
-        self.id_column, self.record_column = id_column, record_column
 
     @property
     def epoch(self) -> int:
@@ -74,11 +84,9 @@ class HFShiftTransform:
         return f"hf_transform({self.transform.policy!r}, task={self.transform.task!r}, seed={self.transform.seed})"
 
 
-def hf_transform(policy: ShiftPolicy, *, task: str, image_column: str = "image", label_column: str | None = "label",
-                 mask_column: str | None = None, id_column: str | None = None, record_column: str | None = None,
-                 seed: int = 0, epoch: int = 0) -> HFShiftTransform:
+def hf_transform(policy: ShiftPolicy, *, task: str, seed: int = 0, epoch: int = 0, **columns: Any) -> HFShiftTransform:
     """A function for ``datasets.Dataset.set_transform``: a batch (dict of lists) in, the same columns out with
-    ``image_column`` shifted (PIL in, PIL out; arrays stay arrays).
+    ``image_column`` shifted (PIL in, PIL out; arrays stay arrays). The ``columns`` (:class:`Columns`):
 
     ``label_column``: the class index, handed to shifts that read it (None: none). ``mask_column``: the object
     mask (a PIL "L" image or an array; needed by background and attribute shifts). ``id_column``: what keys
@@ -86,6 +94,4 @@ def hf_transform(policy: ShiftPolicy, *, task: str, image_column: str = "image",
     ``record_column``: add a column with each row's record (JSON) under this name. Other columns (boxes,
     captions) pass through unchanged: every shift the task allows keeps them valid.
     """
-    return HFShiftTransform(policy, task=task, image_column=image_column, label_column=label_column,
-                            mask_column=mask_column, id_column=id_column, record_column=record_column, seed=seed,
-                            epoch=epoch)
+    return HFShiftTransform(policy, task=task, seed=seed, epoch=epoch, **columns)

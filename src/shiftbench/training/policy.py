@@ -112,7 +112,7 @@ def parse_severities(spec: Any, shift: Shift, where: str) -> tuple[Severity, ...
             raise ShiftbenchError(f"{where}: severities {spec!r} is not an int, a list, 'lo-hi' or a grid "
                                   "'lo-hi:step'") from None
         raise
-    return check(values, lo, hi, bool(getattr(shift, "continuous", False)), where, shift.name)
+    return check(values, shift, where)
 
 
 def _check_weight(weight: Any, where: str) -> float:
@@ -279,7 +279,7 @@ class ShiftPolicy:
         if choice.entry is None:
             return sample, record
         shift = self.entries[choice.entry].shift
-        params = shift.draw(sample, choice.severity, seed=choice.seed)
+        params = shift.draw_parsed(sample, choice.severity, choice.seed)
         record.update(shift=shift.name, config=dict(shift.config), severity=choice.severity, params=params,
                       shift_seed=choice.seed)
         return shift.apply(sample, params), record

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ShiftbenchError
+from ...sample import load_image
 
 __all__ = [
     "srgb_to_oklab", "oklab_to_srgb", "recolor", "apply_material", "apply_pattern", "apply_style",
@@ -144,8 +145,6 @@ def _material_photo(value: str) -> np.ndarray | None:
 
 @lru_cache(maxsize=8)
 def _user_photo(path: str) -> np.ndarray:
-    from ...sample import load_image
-
     return load_image(path)
 
 

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import ShiftbenchError
+from ...install import install_command
 
 __all__ = ["MaskGuidance", "MaskGuidedAttnProcessor", "install_mask_guided_attention", "token_indices",
            "attention_bias", "AttributeEditor"]
@@ -177,18 +178,30 @@ def token_indices(tokenizer: Any, prompt: str, words: Sequence[str]) -> list[int
     return out
 
 
+@dataclass(frozen=True)
+class EditSettings:
+    """How :meth:`AttributeEditor.edit` edits: ``c`` the variation degree, ``seed`` (recorded for provenance: DDIM
+    with eta = 0 draws nothing), DDIM ``steps``, ``guidance`` (classifier-free), ``local`` (the outside kept)."""
+
+    c: float = 2.0
+    seed: int = 0
+    steps: int = 20
+    guidance: float = 7.5
+    local: bool = True
+
+
 class AttributeEditor:
-    """Mask-guided attribute editing with Stable-Diffusion-style components (see the module docstring)."""
+    """Mask-guided attribute editing with Stable-Diffusion-style components (module docstring), on the UNet's device."""
 
     def __init__(self, unet: Any, vae: Any, text_encoder: Any, tokenizer: Any, scheduler: Any,
-                 controlnet: Any = None, resolution: int = 512, inject: float = 0.5, device: str = "cpu"):
+                 controlnet: Any = None, resolution: int = 512, inject: float = 0.5):
         self.unet, self.vae, self.text_encoder, self.tokenizer = unet, vae, text_encoder, tokenizer
         self.scheduler, self.controlnet = scheduler, controlnet
-        self.resolution, self.inject, self.device = int(resolution), float(inject), device
+        self.resolution, self.inject, self.device = int(resolution), float(inject), next(unet.parameters()).device
         self.vae_scale = 2 ** (len(vae.config.block_out_channels) - 1)
         for m in (unet, vae, text_encoder, controlnet):
             if m is not None:
-                m.to(device).eval().requires_grad_(False)
+                m.to(self.device).eval().requires_grad_(False)
 
     @classmethod
     def from_pretrained(cls, model: str, controlnet: str | None = None, device: str = "cpu", **kw: Any) -> "AttributeEditor":
@@ -197,8 +210,6 @@ class AttributeEditor:
             from diffusers import AutoencoderKL, ControlNetModel, DDIMScheduler, UNet2DConditionModel
             from transformers import AutoTokenizer, CLIPTextModel
         except ImportError as exc:  # pragma: no cover - optional extra
-            from ...install import install_command
-
             raise ShiftbenchError(f"backend='diffusion' needs diffusers and transformers ({exc}); "
                                   f"{install_command('gen')}") from None
         try:
@@ -212,7 +223,8 @@ class AttributeEditor:
             )
         except (OSError, ValueError) as exc:
             raise ShiftbenchError(f"cannot load diffusion model {model!r}: {exc}".splitlines()[0]) from None
-        return cls(**parts, device=device, **kw)
+        parts["unet"].to(device)  # the editor's device, where the others follow
+        return cls(**parts, **kw)
 
     # -- pieces -------------------------------------------------------------------------------
     def _embed(self, prompt: str) -> torch.Tensor:
@@ -239,11 +251,11 @@ class AttributeEditor:
 
     @torch.inference_mode()
     def edit(self, image: np.ndarray, mask: np.ndarray, source_prompt: str, target_prompt: str,
-             object_words: Sequence[str], c: float = 2.0, seed: int = 0, steps: int = 20, guidance: float = 7.5,
-             local: bool = True) -> np.ndarray:
-        """Edit ``image`` (HxWx3 uint8) inside ``mask``; returns HxWx3 uint8 of the input's size."""
+             object_words: Sequence[str], **settings: Any) -> np.ndarray:
+        """Edit ``image`` (HxWx3 uint8) inside ``mask`` as ``settings`` say (:class:`EditSettings`); HxWx3 uint8 out."""
         import cv2
 
+        how = EditSettings(**settings)
         if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
             raise ShiftbenchError(f"edit needs an HxWx3 uint8 image, got {image.dtype} {image.shape}")
         mask = np.asarray(mask).astype(bool)
@@ -266,10 +278,10 @@ class AttributeEditor:
         tgt_emb = self._embed(target_prompt)
         unc_emb = self._embed("")
         tok = token_indices(self.tokenizer, target_prompt, object_words)
-        self.scheduler.set_timesteps(int(steps))
+        self.scheduler.set_timesteps(int(how.steps))
         timesteps = [int(t) for t in self.scheduler.timesteps]
 
-        guide = MaskGuidance(mask=m_img.to(self.device), token_indices=tok, c=float(c), latent_hw=(lh, lw),
+        guide = MaskGuidance(mask=m_img.to(self.device), token_indices=tok, c=float(how.c), latent_hw=(lh, lw),
                              rows=torch.tensor([False, True]))
         original = dict(self.unet.attn_processors)
         install_mask_guided_attention(self.unet, guide)
@@ -300,9 +312,9 @@ class AttributeEditor:
                 guide.enabled = True
                 eps_u, eps_c = self._eps(torch.cat([z, z]), t, torch.cat([unc_emb, tgt_emb]), cond_image).chunk(2)
                 feats.mode = "off"
-                eps = eps_u + float(guidance) * (eps_c - eps_u)
+                eps = eps_u + float(how.guidance) * (eps_c - eps_u)
                 z = self.scheduler.step(eps, t, z).prev_sample
-                if local:  # outside the object the latents follow the source trajectory
+                if how.local:  # outside the object the latents follow the source trajectory
                     z = m_lat * z + (1 - m_lat) * traj[i + 1]
             out = self.vae.decode(z / sf).sample
         finally:
@@ -310,7 +322,7 @@ class AttributeEditor:
             self.unet.set_attn_processor(original)
         out = ((out[0].permute(1, 2, 0).float().cpu().numpy() + 1.0) * 127.5).clip(0, 255).round().astype(np.uint8)
         out = cv2.resize(out, (W, H), interpolation=cv2.INTER_CUBIC if H * W > h * w else cv2.INTER_AREA)
-        if local:
+        if how.local:
             out[~mask] = image[~mask]
         return out
 

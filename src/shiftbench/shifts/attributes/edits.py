@@ -52,6 +52,7 @@ class AttributeShift(Shift):
 
     family: ClassVar[str] = ""
     kind: ClassVar[str] = "sample"
+    role: ClassVar[str] = "attribute"
     requires: ClassVar[frozenset[str]] = frozenset({"mask"})
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "layout"})
 
@@ -106,7 +107,7 @@ class AttributeShift(Shift):
         raise NotImplementedError
 
     def _diffusion(self, sample: Sample, params: dict[str, Any]) -> np.ndarray:
-        from .diffusion import AttributeEditor
+        from .diffusion import AttributeEditor  # deferred: start-up cost (pulls torch)
 
         if self._editor is None:
             cfg = self.config

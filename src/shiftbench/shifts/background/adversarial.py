@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...errors import ShiftbenchError
-from ...registry import SHIFTS
+from ...registry import MODELS, SHIFTS
 from ...sample import Sample
 from .base import BackgroundShift, blend_background, feather_alpha
 
@@ -38,8 +38,6 @@ def source_classifier(model: Any) -> Any:
             raise ShiftbenchError("the source classifier needs a differentiable forward_images(x01) (a TorchClassifier)")
         return model
     if model not in _MODELS:
-        from ...registry import MODELS
-
         created = MODELS.create(model)
         if not hasattr(created, "forward_images"):
             raise ShiftbenchError(f"model {model!r} is not differentiable (no forward_images); use a torch classifier")
@@ -62,7 +60,7 @@ class _one_torch_thread:
         torch.set_num_threads(self.before)
 
 
-@SHIFTS.register("adversarial_texture", group="background",
+@SHIFTS.register("adversarial_texture", group="background", compose="adversarial", source=("model", "efficientnet_lite0"),
                  description="background optimised (AdamW, CPU) to fool EfficientNet-Lite0; object kept exactly",
                  # the generic suite would run ~55 Lite0 attacks (about a minute on 2 cores); the same checks run
                  # on fewer calls in tests/shifts/test_background_adversarial.py

@@ -109,6 +109,7 @@ class BackgroundShift(Shift):
     """
 
     kind: ClassVar[str] = "sample"
+    role: ClassVar[str] = "background"
     requires: ClassVar[frozenset[str]] = frozenset({"mask"})  # a mask from the sample or from a provider
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes"})
     severities: ClassVar[tuple[int, int]] = (1, 5)

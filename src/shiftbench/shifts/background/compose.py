@@ -30,10 +30,13 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
+from ...conditioning.masks import dilate
+from ...datasets import objects
 from ...errors import ShiftbenchError
 from ...registry import SHIFTS
 from ...sample import Sample
 from .base import BackgroundShift
+from .diffusion import ObjectRemoval
 
 __all__ = ["BackgroundColor", "BackgroundTexture", "BackgroundScene", "ObjectOnly", "BackgroundOnly",
            "COLORS", "TEXTURE_PHOTOS"]
@@ -58,7 +61,7 @@ def _grid(rng: np.random.Generator, lo: float, hi: float, n: int = 4) -> list[li
 
 
 # -- colour -------------------------------------------------------------------------------------------
-@SHIFTS.register("background_color", group="background",
+@SHIFTS.register("background_color", group="background", compose="color",
                  description="background replaced by a vivid colour field (red/green/blue/colorful); object kept exactly")
 class BackgroundColor(BackgroundShift):
     """Vivid colour background with seeded smooth lighting; ``color`` = red | green | blue | colorful."""
@@ -133,8 +136,6 @@ def _tiles(family: int) -> tuple[np.ndarray, ...]:
 
 
 def _photo(scene_id: str) -> np.ndarray:
-    from ...datasets import objects
-
     return objects.scene(scene_id, copy=False)  # read-only, decoded once per process
 
 
@@ -153,7 +154,7 @@ def _crop(src: np.ndarray, params: dict[str, Any], h: int, w: int) -> np.ndarray
     return _resize(np.ascontiguousarray(crop), h, w, cubic=False)
 
 
-@SHIFTS.register("background_texture", group="background",
+@SHIFTS.register("background_texture", group="background", compose="texture",
                  description="background replaced by a texture (families 1-4 mirroring the texture prompts); object kept exactly")
 class BackgroundTexture(BackgroundShift):
     """Texture background; ``texture`` = 1 (photo), 2 (intricate), 3 (colourful), 4 (distorted photo)."""
@@ -196,7 +197,7 @@ class BackgroundTexture(BackgroundShift):
 
 
 # -- scene --------------------------------------------------------------------------------------------
-@SHIFTS.register("background_scene", group="background",
+@SHIFTS.register("background_scene", group="background", compose="scene",
                  description="background replaced by another real scene photo (a named one, a random one, another "
                              "congruent one: Mixed-Same, or an incongruent one: Mixed-Rand); object kept exactly")
 class BackgroundScene(BackgroundShift):
@@ -210,16 +211,12 @@ class BackgroundScene(BackgroundShift):
 
     def __init__(self, scene: str = "random", mask: str = "auto", dilation: int | None = None,
                  mask_options: dict | None = None):
-        from ...datasets import objects
-
         if scene not in self.POOLS:
             objects.scene_info(scene)  # unknown ids fail here with "did you mean"
         self.scene = scene
         super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, scene=scene)
 
     def _contexts(self, sample: Sample) -> set[str]:
-        from ...datasets import objects
-
         meta = sample.meta or {}
         where = f"background_scene scene={self.scene!r}, sample {sample.id!r}"
         if meta.get("contexts") is not None:
@@ -249,8 +246,6 @@ class BackgroundScene(BackgroundShift):
         super().check_sample(sample)
 
     def background_params(self, sample: Sample, severity: int, rng: np.random.Generator) -> dict[str, Any]:
-        from ...datasets import objects
-
         if self.scene not in self.POOLS:
             return {"scene": self.scene}
         own = (sample.meta or {}).get("scene_id")
@@ -268,13 +263,11 @@ class BackgroundScene(BackgroundShift):
         return {"scene": choices[int(rng.integers(len(choices)))]}
 
     def background(self, sample: Sample, params: dict[str, Any]) -> np.ndarray:
-        from ...datasets import objects
-
         return objects.scene_on_canvas(params["scene"], sample.size)
 
 
 # -- masking ------------------------------------------------------------------------------------------
-@SHIFTS.register("object_only", group="background",
+@SHIFTS.register("object_only", group="background", compose="object_only",
                  description="background masked out (black), object kept exactly: accuracy without the background")
 class ObjectOnly(BackgroundShift):
     """The object on black: the background masked out (severity sets how dark, 5 = black)."""
@@ -288,7 +281,7 @@ class ObjectOnly(BackgroundShift):
         return np.zeros_like(sample.image)
 
 
-@SHIFTS.register("background_only", group="background",
+@SHIFTS.register("background_only", group="background", compose="background_only",
                  description="object masked out (inpainted from its surroundings): accuracy without the object")
 class BackgroundOnly(BackgroundShift):
     """The object removed: its mask, dilated, is filled by OpenCV inpainting (``fill="telea"`` or ``"ns"``),
@@ -314,8 +307,6 @@ class BackgroundOnly(BackgroundShift):
         super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, fill=fill, radius=radius, **extra)
         self._remover = None
         if fill == "diffusion":
-            from .diffusion import ObjectRemoval  # diffusers only when asked for
-
             self._remover = ObjectRemoval(mask=mask, dilation=self.dilation, mask_options=mask_options,
                                           **dict(diffusion or {}))
 
@@ -327,8 +318,6 @@ class BackgroundOnly(BackgroundShift):
 
     def _hole(self, sample: Sample) -> np.ndarray:
         """The region to fill: the object's mask dilated; refused when it leaves nothing to fill from."""
-        from ...conditioning.masks import dilate
-
         hole = dilate(self.object_mask(sample), self.dilation)
         if hole.all():
             raise ShiftbenchError(f"shift 'background_only', sample {sample.id}: the dilated mask covers the "

@@ -22,7 +22,7 @@ which changes float rounding slightly compared with one image at a time.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass, fields
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -31,8 +31,10 @@ from ...conditioning.captions import create_captioner
 from ...conditioning.masks import dilate
 from ...conditioning.prompts import resolve_prompt
 from ...errors import ShiftbenchError
+from ...install import install_command
 from ...resize import LIMIT, MAX_SHORTER
 from ...sample import Sample
+from .adversarial import source_classifier
 from .base import BackgroundShift, blend_background, feather_alpha
 
 __all__ = ["Components", "load_components", "BackgroundInpaint", "ObjectRemoval", "AdversarialDiffusion",
@@ -89,8 +91,6 @@ def load_components(model: Any = DEFAULT_MODEL, device: str = "cpu", dtype: str 
             import torch
             import transformers
         except ImportError:
-            from ...install import install_command
-
             raise ShiftbenchError(f"diffusion backgrounds need: {install_command('gen')}") from None
         torch_dtype = getattr(torch, dtype, None)
         if dtype not in ("float32", "float16", "bfloat16") or torch_dtype is None:
@@ -112,6 +112,55 @@ def load_components(model: Any = DEFAULT_MODEL, device: str = "cpu", dtype: str 
     return _COMPONENTS[key]
 
 
+@dataclass(frozen=True)
+class Sampler:
+    """The sampler, checked once: ``model`` (hub id, local folder or Components), classifier-free ``guidance`` >= 1,
+    DDIM ``steps`` in 1..1000, the ``size`` x ``size`` picture generated, ``device`` / ``dtype`` (float16 on a GPU)."""
+
+    model: Any = DEFAULT_MODEL
+    guidance: float = 7.5
+    steps: int = 20
+    size: int = 512
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        guidance, steps, size = self.guidance, self.steps, self.size
+        if not isinstance(guidance, (int, float)) or isinstance(guidance, bool) or guidance < 1.0:
+            raise ShiftbenchError(f"guidance must be a number >= 1, got {guidance!r}")
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
+            raise ShiftbenchError(f"steps must be an int in 1..1000, got {steps!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_SHORTER or size % 8:
+            # a size x size picture: within the one limit on image sizes (resize.LIMIT)
+            raise ShiftbenchError(f"size must be a multiple of 8 px in 16..{MAX_SHORTER} (the generated picture is "
+                                  f"size x size, within {LIMIT}), got {size!r}")
+        object.__setattr__(self, "guidance", float(guidance))
+
+
+@dataclass(frozen=True)
+class Attack:
+    """Algorithm 1's settings (see AdversarialDiffusion), checked once; ``start`` against the sampler's ``steps``."""
+
+    classifier: Any = "efficientnet_lite0"
+    start: int = 4
+    iterations: int = 30
+    lr: float = 0.1
+    objective: str = "ce"
+    checkpoint: bool = True
+    steps: InitVar[int] = Sampler.steps
+
+    def __post_init__(self, steps: int) -> None:
+        start, iterations = self.start, self.iterations
+        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < steps:
+            raise ShiftbenchError(f"start must be an int in 0..{steps - 1}, got {start!r}")
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or not 0 <= iterations <= 1000:
+            raise ShiftbenchError(f"iterations must be an int in 0..1000, got {iterations!r}")
+        if self.objective not in ("ce", "features"):
+            raise ShiftbenchError(f"objective must be 'ce' or 'features', got {self.objective!r}")
+        object.__setattr__(self, "lr", float(self.lr))
+        object.__setattr__(self, "checkpoint", bool(self.checkpoint))
+
+
 def _check_components(parts: Components) -> None:
     if parts.unet.config.in_channels != 9:
         raise ShiftbenchError(f"background_inpaint needs a 9-channel inpainting UNet, got {parts.unet.config.in_channels} "
@@ -125,20 +174,11 @@ class _DiffusionBackground(BackgroundShift):
     default_severity: ClassVar[int | None] = 1
     region: ClassVar[str] = "background"  # what is regenerated: "background", or "object" (removal)
 
-    def __init__(self, model: Any = DEFAULT_MODEL, prompt: str = "class_label", guidance: float = 7.5,
-                 steps: int = 20, size: int = 512, captioner: Any = None, device: str = "cpu", dtype: str = "float32",
-                 mask: str = "auto", dilation: int | None = None, mask_options: dict | None = None, **config: Any):
-        if not isinstance(guidance, (int, float)) or isinstance(guidance, bool) or guidance < 1.0:
-            raise ShiftbenchError(f"guidance must be a number >= 1, got {guidance!r}")
-        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 1000:
-            raise ShiftbenchError(f"steps must be an int in 1..1000, got {steps!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or not 16 <= size <= MAX_SHORTER or size % 8:
-            # a size x size picture: within the one limit on image sizes (resize.LIMIT)
-            raise ShiftbenchError(f"size must be a multiple of 8 px in 16..{MAX_SHORTER} (the generated picture is "
-                                  f"size x size, within {LIMIT}), got {size!r}")
+    def __init__(self, model: Any = DEFAULT_MODEL, prompt: str = "class_label", *, captioner: Any = None,
+                 mask: str = "auto", dilation: int | None = None, mask_options: dict | None = None, **given: Any):
+        s = self.sampler = Sampler(model, **{f.name: given.pop(f.name) for f in fields(Sampler) if f.name in given})
         resolve_prompt(prompt, class_name="x", caption="x")  # an unknown prompt name fails now
-        self.model_ref, self.prompt, self.guidance, self.steps, self.size = model, prompt, float(guidance), steps, size
-        self.device, self.dtype = device, dtype
+        self.prompt = prompt  # given's other keywords (AdversarialDiffusion's Attack) are recorded in the config
         if isinstance(captioner, dict):  # {"name": "blip2", "model": "path/to/blip2", ...}
             options = {k: v for k, v in captioner.items() if k != "name"}
             self.captioner = create_captioner(captioner.get("name", "template"), **options)
@@ -146,13 +186,13 @@ class _DiffusionBackground(BackgroundShift):
             self.captioner = None if captioner is None else create_captioner(captioner)
         model_name = model if isinstance(model, str) else "components"
         super().__init__(mask=mask, dilation=dilation, mask_options=mask_options, model=model_name, prompt=prompt,
-                         guidance=self.guidance, steps=steps, size=size,
+                         guidance=s.guidance, steps=s.steps, size=s.size,
                          captioner=captioner if isinstance(captioner, (str, dict)) or captioner is None else "custom",
-                         device=device, dtype=dtype, **config)
+                         device=s.device, dtype=s.dtype, **given)
 
     @property
     def parts(self) -> Components:
-        parts = load_components(self.model_ref, self.device, self.dtype)
+        parts = load_components(self.sampler.model, self.sampler.device, self.sampler.dtype)
         _check_components(parts)
         return parts
 
@@ -194,14 +234,14 @@ class _DiffusionBackground(BackgroundShift):
         import cv2
         import torch
 
-        images, repaint = [], []
+        images, repaint, side = [], [], self.sampler.size
         for s in samples:
             if self.region == "object":  # object removal: regenerate the dilated object, keep the rest
                 keep = ~dilate(self.object_mask(s), self.dilation)
             else:  # the object and its band (none around an exact mask): the model never sees the old background
                 keep = dilate(self.object_mask(s), self.band(s))
-            images.append(cv2.resize(s.image, (self.size, self.size), interpolation=cv2.INTER_AREA))
-            repaint.append(cv2.resize((~keep).astype(np.uint8), (self.size, self.size), interpolation=cv2.INTER_NEAREST))
+            images.append(cv2.resize(s.image, (side, side), interpolation=cv2.INTER_AREA))
+            repaint.append(cv2.resize((~keep).astype(np.uint8), (side, side), interpolation=cv2.INTER_NEAREST))
         parts = self.parts
         x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).to(parts.device, torch.float32) / 127.5 - 1.0
         m = torch.from_numpy(np.stack(repaint)).to(parts.device, torch.float32)[:, None]
@@ -216,14 +256,14 @@ class _DiffusionBackground(BackgroundShift):
         _, m, masked = self._inputs(samples)
         with torch.no_grad():
             lat = parts.vae.encode(masked.to(parts.dtype)).latent_dist.mode() * parts.vae.config.scaling_factor
-        side = self.size // parts.vae_scale
+        side = self.sampler.size // parts.vae_scale
         return F.interpolate(m, size=(side, side)).to(parts.dtype), lat
 
     def _noise(self, params: Sequence[dict[str, Any]]) -> Any:
         import torch
 
         parts = self.parts
-        side = self.size // parts.vae_scale
+        side = self.sampler.size // parts.vae_scale
         ch = parts.unet.config.out_channels
         noise = [torch.randn((1, ch, side, side), generator=torch.Generator().manual_seed(int(p["seed"])))
                  for p in params]
@@ -234,8 +274,8 @@ class _DiffusionBackground(BackgroundShift):
         import torch
 
         parts = self.parts
-        sched = parts.scheduler
-        if self.guidance > 1.0:
+        sched, guidance = parts.scheduler, self.sampler.guidance
+        if guidance > 1.0:
             lat_in = torch.cat([latents, latents])
             extra = torch.cat([torch.cat([mask, mask]), torch.cat([masked_latents, masked_latents])], dim=1)
             emb = torch.cat([uncond, text])
@@ -243,9 +283,9 @@ class _DiffusionBackground(BackgroundShift):
             lat_in, extra, emb = latents, torch.cat([mask, masked_latents], dim=1), text
         lat_in = sched.scale_model_input(lat_in, t)
         pred = parts.unet(torch.cat([lat_in, extra], dim=1), t, encoder_hidden_states=emb).sample
-        if self.guidance > 1.0:
+        if guidance > 1.0:
             un, co = pred.chunk(2)
-            pred = un + self.guidance * (co - un)
+            pred = un + guidance * (co - un)
         return pred
 
     def _decode(self, latents: Any) -> Any:
@@ -261,12 +301,8 @@ class _DiffusionBackground(BackgroundShift):
 
 
 class BackgroundInpaint(_DiffusionBackground):
-    """Stable Diffusion inpainting of everything but the (dilated) object, from a prompt; object kept exactly.
-
-    ``model``: hub id or local folder (default stabilityai/stable-diffusion-2-inpainting) or Components;
-    ``prompt``: a prompt name or a sentence; ``guidance`` 7.5, ``steps`` 20 (DDIM), ``size`` 512,
-    ``device`` / ``dtype`` (``float16`` on a GPU) as asked.
-    """
+    """Stable Diffusion inpainting of everything but the (dilated) object, from a prompt (a prompt name or a
+    sentence); object kept exactly. ``model`` and the sampler's keywords (defaults, checks): :class:`Sampler`."""
 
     def apply(self, sample: Sample, params: dict[str, Any]) -> Sample:
         return self.apply_batch([sample], [params])[0]
@@ -280,7 +316,7 @@ class BackgroundInpaint(_DiffusionBackground):
         mask, masked_latents = self._latent_inputs(samples)
         text = parts.encode_prompts([p["prompt"] for p in params])
         uncond = parts.encode_prompts([""] * len(samples))
-        parts.scheduler.set_timesteps(self.steps, device=parts.device)
+        parts.scheduler.set_timesteps(self.sampler.steps, device=parts.device)
         latents = self._noise(params) * parts.scheduler.init_noise_sigma
         with torch.no_grad():
             for t in parts.scheduler.timesteps:
@@ -323,32 +359,24 @@ class AdversarialDiffusion(_DiffusionBackground):
     the backward pass (gradient checkpointing) so that 512 px fits on one GPU.
     """
 
-    def __init__(self, model: Any = DEFAULT_MODEL, prompt: str = "class_label", classifier: Any = "efficientnet_lite0",
-                 start: int = 4, iterations: int = 30, lr: float = 0.1, objective: str = "ce",
-                 checkpoint: bool = True, guidance: float = 7.5, steps: int = 20, size: int = 512,
-                 captioner: Any = None, device: str = "cpu", dtype: str = "float32", mask: str = "auto",
-                 dilation: int | None = None, mask_options: dict | None = None):
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < steps:
-            raise ShiftbenchError(f"start must be an int in 0..{steps - 1}, got {start!r}")
-        if isinstance(iterations, bool) or not isinstance(iterations, int) or not 0 <= iterations <= 1000:
-            raise ShiftbenchError(f"iterations must be an int in 0..1000, got {iterations!r}")
-        if objective not in ("ce", "features"):
-            raise ShiftbenchError(f"objective must be 'ce' or 'features', got {objective!r}")
-        self.classifier_ref, self.start, self.iterations = classifier, start, iterations
-        self.lr, self.objective, self.checkpoint = float(lr), objective, bool(checkpoint)
-        super().__init__(model=model, prompt=prompt, guidance=guidance, steps=steps, size=size, captioner=captioner,
-                         device=device, dtype=dtype, mask=mask, dilation=dilation, mask_options=mask_options,
-                         classifier=classifier if isinstance(classifier, str) else "custom", start=start,
-                         iterations=iterations, lr=self.lr, objective=objective, checkpoint=self.checkpoint)
+    option_groups: ClassVar[tuple[type, ...]] = (Sampler, Attack)  # what ``given`` takes (the registry checks the names)
+
+    def __init__(self, model: Any = DEFAULT_MODEL, prompt: str = "class_label", *, captioner: Any = None,
+                 mask: str = "auto", dilation: int | None = None, mask_options: dict | None = None, **given: Any):
+        sampler = {f.name: given.pop(f.name) for f in fields(Sampler) if f.name in given}
+        a = self.attack = Attack(**given, steps=sampler.get("steps", Sampler.steps))  # the rest: Attack's or refused
+        super().__init__(model, prompt, captioner=captioner, mask=mask, dilation=dilation, mask_options=mask_options,
+                         **sampler, classifier=a.classifier if isinstance(a.classifier, str) else "custom", start=a.start,
+                         iterations=a.iterations, lr=a.lr, objective=a.objective, checkpoint=a.checkpoint)
         self.history: list[list[float]] = []  # loss per iteration of the last apply, for inspection
 
     def check_sample(self, sample: Sample) -> None:
         super().check_sample(sample)
-        if self.objective == "ce" and sample.label is None:
+        if self.attack.objective == "ce" and sample.label is None:
             raise ShiftbenchError(f"adversarial_diffusion with objective='ce' needs a label; sample {sample.id} has none")
 
     def _run(self, fn: Any, *args: Any) -> Any:
-        if self.checkpoint:
+        if self.attack.checkpoint:
             from torch.utils.checkpoint import checkpoint
 
             return checkpoint(fn, *args, use_reentrant=False)
@@ -358,23 +386,21 @@ class AdversarialDiffusion(_DiffusionBackground):
         import torch
         import torch.nn.functional as F
 
-        from .adversarial import source_classifier
-
-        classifier = source_classifier(self.classifier_ref)
+        classifier, attack = source_classifier(self.attack.classifier), self.attack
         parts = self.parts
         sched = parts.scheduler
         mask, masked_latents = self._latent_inputs([sample])
         text = parts.encode_prompts([params["prompt"]])
         uncond = parts.encode_prompts([""])
-        sched.set_timesteps(self.steps, device=parts.device)
+        sched.set_timesteps(self.sampler.steps, device=parts.device)
         timesteps = list(sched.timesteps)
         latents = self._noise([params]) * sched.init_noise_sigma
         with torch.no_grad():
-            for t in timesteps[:self.start]:
+            for t in timesteps[:attack.start]:
                 latents = sched.step(self._denoise_step(latents, t, text, uncond, mask, masked_latents), t, latents).prev_sample
         z_t = latents.detach().clone().requires_grad_(True)
         e_t = text.detach().clone().requires_grad_(True)
-        opt = torch.optim.AdamW([z_t, e_t], lr=self.lr)
+        opt = torch.optim.AdamW([z_t, e_t], lr=attack.lr)
         # the image at the classifier's input: generated background behind the exact object (a feathered band
         # around an estimated mask only)
         h, w = sample.size
@@ -386,7 +412,7 @@ class AdversarialDiffusion(_DiffusionBackground):
 
         def finish(z: Any, e: Any) -> Any:
             lat = z
-            for t in timesteps[self.start:]:
+            for t in timesteps[attack.start:]:
                 pred = self._run(lambda a, b, t=t: self._denoise_step(a, t, b, uncond, mask, masked_latents), lat, e)
                 lat = sched.step(pred, t, lat).prev_sample
             gen = self._run(self._decode, lat)
@@ -394,10 +420,10 @@ class AdversarialDiffusion(_DiffusionBackground):
             return original + alpha * (gen - original), gen
 
         self.history = []
-        for _ in range(self.iterations):
+        for _ in range(attack.iterations):
             x, _ = finish(z_t, e_t)
             out = classifier.forward_images(x).float()
-            if self.objective == "ce":
+            if attack.objective == "ce":
                 loss = F.cross_entropy(out, torch.tensor([int(sample.label)], device=out.device))
             else:
                 loss = (out - clean_out).pow(2).mean()
@@ -410,5 +436,5 @@ class AdversarialDiffusion(_DiffusionBackground):
         image = blend_background(sample.image, gen[0].permute(1, 2, 0).cpu().numpy() * 255.0, self.object_mask(sample),
                                  1.0, self.band(sample))
         meta = {**sample.meta, "background_shift": self.name, "prompt": params["prompt"],
-                "attack": {"iterations": self.iterations, "loss": [round(v, 4) for v in self.history]}}
+                "attack": {"iterations": attack.iterations, "loss": [round(v, 4) for v in self.history]}}
         return sample.replace(image=image, meta=meta)

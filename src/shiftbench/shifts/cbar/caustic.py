@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...registry import SHIFTS
+from ..corruptions._torch import pad_border
 from ._base import CBarCorruption, float_parameter
 
 __all__ = ["CausticRefraction"]
@@ -187,8 +188,6 @@ class CausticRefraction(CBarCorruption):
 
     def _refract_tensor(self, x, params):
         import torch
-
-        from ..corruptions._torch import pad_border
 
         n, _, h, w = x.shape
         dev, f64 = x.device, torch.float64

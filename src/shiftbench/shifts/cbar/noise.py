@@ -23,6 +23,7 @@ import scipy.fft
 
 from ...registry import SHIFTS
 from ..corruptions._common import to_uint8
+from ..corruptions._torch import on_device, stack_to_device
 from ._base import CBarCorruption, draw_seed32, float_parameter
 
 __all__ = [
@@ -285,8 +286,6 @@ class BlueNoiseSample(CBarCorruption):
     def corrupt_tensor(self, x, severity, params):
         import torch
 
-        from ..corruptions._torch import on_device, stack_to_device
-
         n, _, h, w = x.shape
         phases = stack_to_device([fourier_phases(np.random.RandomState(int(p["seed"])), h, w) for p in params], x)
         power = on_device(x.device, ("cbar_blue_power", h, w), lambda: _blue_power(h, w).copy())
@@ -294,7 +293,6 @@ class BlueNoiseSample(CBarCorruption):
         threshold = torch.tensor([float(p["threshold"]) for p in params], dtype=torch.float64, device=x.device)
         keep = noise > threshold.view(n, 1, 1)
         return x * keep[:, None].to(torch.uint8)
-
 
 
 @SHIFTS.register("brownish_noise", description="Additive brownish (1/f^2) Fourier noise (ImageNet-C-bar)", group="cbar")
@@ -325,8 +323,6 @@ class BrownishNoise(CBarCorruption):
 
     def corrupt_tensor(self, x, severity, params):
         import torch
-
-        from ..corruptions._torch import on_device, stack_to_device
 
         n, _, h, w = x.shape
         planes = []

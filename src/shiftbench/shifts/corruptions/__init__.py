@@ -43,7 +43,7 @@ def _group_lists() -> dict[str, Any]:
         for obj in vars(file).values():  # a module's names in the order its code binds them
             entry = registered.get(obj) if isinstance(obj, type) else None
             if entry is not None:
-                groups.setdefault(str(entry.meta.get("group")), []).append(entry.name)
+                groups.setdefault(str(entry.info.family), []).append(entry.name)
     every = [name for names in groups.values() for name in names]
     common = [name for family in FAMILIES for name in groups[family]]
     groups["common"] = list(common)

@@ -15,7 +15,6 @@ import cv2
 import numpy as np
 
 from ...errors import ShiftbenchError
-from ...registry import SHIFTS
 from ..base import ImageShift
 
 __all__ = [
@@ -39,26 +38,16 @@ __all__ = [
 MIN_SIDE = 32  # the reference refuses smaller images; several parameters assume at least this
 
 
-class _RegisteredGroup:
-    """``Corruption.group``: the ``group=`` its class is registered with in SHIFTS, the one place it is written."""
-
-    def __get__(self, instance: Any, owner: type) -> str:
-        for klass in owner.__mro__[: owner.__mro__.index(Corruption)]:  # a subclass inherits its parent's group
-            name = vars(klass).get("name")  # set by SHIFTS.register on the registered class itself
-            if name and name in SHIFTS:
-                return str(SHIFTS.entry(name).meta.get("group", ""))
-        return ""
-
 
 class Corruption(ImageShift):
     """An ImageNet-C corruption: params always carry ``severity``; random ones add their draws.
 
     Subclasses implement ``draws(image_shape, severity, rng)`` (random corruptions only),
     ``corrupt(image, severity, params)`` and, for the tensor path, ``corrupt_tensor(x, severity,
-    params)``. ``group`` is the ImageNet-C family, read from the registry.
+    params)``. Its family (ImageNet-C's, or ``cbar``) is the registry's: ``shift_info(name).family``.
     """
 
-    group = _RegisteredGroup()
+    role: ClassVar[str] = "corruption"
     continuous: ClassVar[bool] = True  # any real severity in 1..5: each class states how its levels interpolate
     keeps: ClassVar[frozenset[str]] = frozenset({"label", "mask", "boxes", "caption", "layout"})
 
@@ -199,13 +188,12 @@ def alias_table(pmf: np.ndarray) -> np.ndarray:
     Entry v*256 + j is (threshold << 8) | alias: outcome j of row v is kept when 24 random bits
     are below the threshold (its probability mass in units of 2**-24), else the alias is taken.
     """
-    from ._kernels import build_alias
-
     pmf = np.ascontiguousarray(pmf, dtype=np.float64)
     if pmf.shape != (256, 256):
         raise ValueError(f"alias tables are built for 256x256 pmfs, got {pmf.shape}")
     thresholds = np.zeros(pmf.shape, dtype=np.uint32)
     aliases = np.zeros(pmf.shape, dtype=np.uint8)
+    from ._kernels import build_alias  # deferred: start-up cost (pulls numba)
     build_alias(pmf, thresholds, aliases)
     # a threshold of 2**24 (always keep) does not fit 24 bits: stored as 2**24 - 1 it keeps all
     # draws but the one equal to 2**24 - 1, which takes the alias: make that alias the column
@@ -218,10 +206,10 @@ def alias_table(pmf: np.ndarray) -> np.ndarray:
 
 def sample_from_table(image: np.ndarray, table: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draw, for every uint8 value of ``image``, an output from its row of the packed alias table."""
-    from ._kernels import alias_sample  # numba, compiled and cached on first use
 
     raw = rng.bit_generator.random_raw((image.size + 1) // 2)
     out = np.empty(image.shape, dtype=np.uint8)
+    from ._kernels import alias_sample  # deferred: start-up cost (pulls numba)
     alias_sample(np.ascontiguousarray(image).reshape(-1), raw, table, out.reshape(-1))
     return out
 

@@ -218,13 +218,13 @@ class GlassBlur(Corruption):
         uniform draw, made after the offset words, is below f) take their value after pass n + 1, whose
         copies read the offset words that follow pass n's, as a whole pass n + 1 would.
         """
-        from ._kernels import shuffle_in_place  # numba: compiled (and cached) on first use
 
         _, delta, iterations = glass_params(severity)
         passes = math.ceil(iterations)
         rng = noise_rng(params)
         raw = rng.bit_generator.random_raw((GlassBlur._n_words(image.shape, delta, passes) + 3) // 4)
         whole = int(iterations)
+        from ._kernels import shuffle_in_place  # deferred: start-up cost (pulls numba)
         shuffle_in_place(image, raw, delta, whole)
         if whole == passes:
             return

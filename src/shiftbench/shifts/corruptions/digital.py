@@ -106,10 +106,10 @@ class Contrast(Corruption):
     """
 
     def corrupt(self, image, severity, params):
-        from ._kernels import contrast_pass
 
         means = np.array(cv2.mean(image)[:3], dtype=np.float64) / 255.0
         out = np.empty_like(image)
+        from ._kernels import contrast_pass  # deferred: start-up cost (pulls numba)
         contrast_pass(image, means, float(interpolate(CONTRAST, severity)), out)  # the tables and their reads, one pass
         return out
 
@@ -214,10 +214,10 @@ def box_coefficients(in_size: int, out_size: int) -> tuple[np.ndarray, np.ndarra
 
 def box_downscale(image: np.ndarray, out_w: int, out_h: int) -> np.ndarray:
     """Pillow's ``resize((out_w, out_h), BOX)`` for uint8 RGB, bit for bit: columns, then rows."""
-    from ._kernels import resample_columns, resample_lines
 
     h, w = image.shape[:2]
     columns = np.empty((h, out_w, 3), dtype=np.uint8)
+    from ._kernels import resample_columns, resample_lines  # deferred: start-up cost (pulls numba)
     resample_columns(image, *box_coefficients(w, out_w), columns)
     out = np.empty((out_h, out_w, 3), dtype=np.uint8)
     resample_lines(columns.reshape(h, out_w * 3), *box_coefficients(h, out_h), out.reshape(out_h, out_w * 3))
@@ -352,13 +352,13 @@ class Saturate(Corruption):
         return (i + 1, j + 1, t) if _saturates(i + 1) != _saturates(j + 1) else None
 
     def corrupt(self, image, severity, params):
-        from ._kernels import saturate_pass
 
         mixed = self._dither(severity)
         if mixed is not None:
             low, high, t = mixed
             return ordered_switch(self.corrupt(image, low, params), self.corrupt(image, high, params), t)
         out = np.empty_like(image)
+        from ._kernels import saturate_pass  # deferred: start-up cost (pulls numba)
         saturate_pass(image, *saturate_tables(severity), out)  # one pass, one table read per pixel
         return out
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...datasets.base import Dataset
 from ...errors import ShiftbenchError
+from ...registry import SHIFTS
 from ...sample import Query, Sample
 from ...seeds import check_seed
 
@@ -84,10 +85,10 @@ def corrupt_query(query: Query, shift: Any, severity: int, seed: int = 0) -> Que
     The draw is recorded in ``meta["shift"]`` (name, severity, seed, params).
     """
     if getattr(shift, "kind", "image") == "text":
-        params = shift.draw(query, severity, seed)
+        params = shift.draw_parsed(query, severity, seed)
         out = shift.apply(query, params)
     else:
-        params = shift.draw(query.reference, severity, seed)
+        params = shift.draw_parsed(query.reference, severity, seed)
         out = query.replace(reference=shift.apply(query.reference, params))
     out.meta = {**query.meta, "shift": {"name": shift.name, "severity": int(severity), "seed": int(seed),
                                         "params": params, "config": dict(getattr(shift, "config", {}))}}
@@ -101,8 +102,6 @@ class CorruptedRetrieval(Dataset):
     """
 
     def __init__(self, dataset: Any, shift: Any, severity: int, seed: int = 0, gallery: bool = False):
-        from ...registry import SHIFTS
-
         _check_retrieval(dataset)
         self.base = dataset
         self.shift = SHIFTS.create(shift) if isinstance(shift, str) else shift
@@ -133,7 +132,7 @@ class CorruptedRetrieval(Dataset):
         sample = self.base.load_gallery(image_id)
         if not self.gallery:
             return sample
-        params = self.shift.draw(sample, self.severity, self.seed)
+        params = self.shift.draw_parsed(sample, self.severity, self.seed)
         out = self.shift.apply(sample, params)
         out.meta = {**sample.meta, "shift": {"name": self.shift.name, "severity": self.severity, "seed": self.seed,
                                              "params": params}}

@@ -311,7 +311,6 @@ class TextCorruption(TextShift):
     def _call_batch(self, items, severity, seed, sample_ids, return_params):
         if not all(isinstance(t, str) for t in items):
             return super()._call_batch(items, severity, seed, sample_ids, return_params)
-        severity = self.check_severity(severity)
         if sample_ids is None:  # each text its own stream, picked by its content (as one by one)
             sample_ids = [content_id(t) for t in items]
         elif isinstance(sample_ids, str):
