@@ -15,13 +15,12 @@ import json
 import socket
 import sqlite3
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from ..condition import Condition, canonical_json, params_key  # noqa: F401  (params_key: importable from here)
 from ..errors import Option, StoreError
 from ..seeds import check_seed
-from ..severity import Severity, canonical
+from ..severity import canonical
 from .database import SCHEMA_VERSION, Database  # noqa: F401  (SCHEMA_VERSION: still importable from here)
 from .identity import describe_changes, identity_key
 
