@@ -111,3 +111,14 @@ def test_memory_child_runs_the_local_engine_at_a_tiny_size(tmp_path, capsys) -> 
     bench.memory_child(str(folder), 24, "local", 2, False)
     out = json.loads(capsys.readouterr().out.split("RESULT ", 1)[1])
     assert out["engine"] == "local" and out["samples"] == 24 and out["rows"] == 4 and out["peak_rss_mb"] > 0
+
+
+def test_results_at_scale_tables_are_the_measured_ones() -> None:
+    """The "Results at scale" tables quote benchmarks/results/results_scale.json as the benchmark printed them
+    (before the rework, after it, and at the issue's full size)."""
+    text = DOC.read_text()
+    r = json.loads((ROOT / "benchmarks" / "results" / "results_scale.json").read_text())
+    for label in ("before", "after", "full"):
+        assert label in r, f"results_scale.json has no {label!r} run"
+        missing = [line for line in r[label]["table"] if line not in text]
+        assert not missing, f"docs/scale.md does not quote the {label} run's lines {missing[:3]}"

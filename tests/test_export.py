@@ -53,8 +53,8 @@ def write_store(db: Path, samples: list[dict], rows: list[dict], spec: dict, **r
     return run
 
 
-def validator(fmt: str) -> jsonschema.Draft202012Validator:
-    found = ex.schema(fmt)
+def validator(fmt: str, part: str | None = None) -> jsonschema.Draft202012Validator:
+    found = ex.schema(fmt, part)
     jsonschema.Draft202012Validator.check_schema(found)
     return jsonschema.Draft202012Validator(found)
 
@@ -78,6 +78,24 @@ def read_csv(path: Path) -> tuple[list[tuple[str, int]], dict[str, list[float | 
     columns = [(c, int(s)) for c, s in zip(names[1:], severities[1:])]
     assert all(len(row) == len(names) for row in body)
     return columns, {row[0]: [float(v) if v else None for v in row[1:]] for row in body}
+
+
+def joined_jsonl(folder: Path, name: str = "samples.jsonl") -> list[dict]:
+    """Lines of ``name`` with their condition's fields from conditions.jsonl (the join docs/exports.md shows),
+    each line and condition checked against its schema."""
+    check = {part: validator("jsonl", part) for part in ("conditions", "samples", "predictions")}
+    conditions = {}
+    for number, text in enumerate((folder / "conditions.jsonl").read_text().splitlines()):
+        record = json.loads(text)
+        check["conditions"].validate(record)
+        assert record["condition"] == number  # numbered in file order
+        conditions[number] = record
+    out = []
+    for text in (folder / name).read_text().splitlines():
+        line = json.loads(text)
+        check[name.split(".")[0]].validate(line)
+        out.append({**conditions[line["condition"]], **line})
+    return out
 
 
 def files_of(folder: Path) -> list[str]:
@@ -128,17 +146,18 @@ def test_the_cli_exports_a_real_evaluate_run_in_every_format(tmp_path, capsys):
     assert prov["weights"] == {"dummy_classifier": {"sha256": None, "from": "none"}}
     assert prov["dataset"]["name"] == "objects" and prov["dataset"]["samples"] == 3
 
-    # jsonl: one line per sample, condition and metric, the prediction beside it
+    # jsonl: one line per sample, condition and metric; the predictions beside, joined by condition and sample
     code, out, err = export(capsys, "--store", str(db), "--format", "jsonl", "--out", str(tmp_path / "jl"))
-    assert code == 0 and notes(err) == []
-    lines = [json.loads(line) for line in (tmp_path / "jl" / "samples.jsonl").read_text().splitlines()]
-    check = validator("jsonl")
-    for line in lines:
-        check.validate(line)
+    assert code == 0 and notes(err) == [] and "export jsonl: 3 files of 1 run" in out
+    lines, said = joined_jsonl(tmp_path / "jl"), joined_jsonl(tmp_path / "jl", "predictions.jsonl")
     assert len(lines) == sum(len(s["ids"]) for s in samples) == 3 * len(rows)
-    assert all(line["prediction"]["correct"] == line["correct"] for line in lines)
-    assert all(line["value"] == float(line["correct"]) for line in lines if line["metric"] == "top1")
-    assert len({(p["model"], p["shift"], p["severity"], p["sample_id"]) for p in predictions}) == len(lines) // 2
+    assert [(p["model"], p["shift"], p["severity"], p["sample_id"], p["prediction"]) for p in said] == \
+           [(p["model"], p["shift"], p["severity"], p["sample_id"], p["prediction"]) for p in predictions]
+    assert all(p["prediction"]["correct"] == p["correct"] for p in said)
+    correct = {(p["condition"], p["sample_id"]): p["correct"] for p in said}
+    assert all(line["value"] == float(correct[line["condition"], line["sample_id"]])
+               for line in lines if line["metric"] == "top1")
+    assert all(line["dataset"] == "objects" and line["run"] == run["run_id"] for line in lines + said)
 
     # robustbench: what exists of ImageNet-C, each omission said in one line
     code, out, err = export(capsys, "--store", str(db), "--format", "robustbench", "--out", str(tmp_path / "rb"))
@@ -270,14 +289,12 @@ def test_jsonl_reads_back_into_the_stores_per_sample_values(small_store, tmp_pat
     db, run = small_store
     code, _, err = export(capsys, "--store", str(db), "--format", "jsonl", "--out", str(tmp_path / "jl"))
     assert code == 0
-    assert notes(err) == [f"note: run {run}: no predictions (run without --log-samples): lines without "
-                          "prediction or correct"]
-    check = validator("jsonl")
+    assert notes(err) == [f"note: run {run}: no predictions (run without --log-samples): nothing in "
+                          "predictions.jsonl for it"]
+    assert (tmp_path / "jl" / "predictions.jsonl").read_text() == ""
     got = defaultdict(lambda: ([], []))
-    for text in (tmp_path / "jl" / "samples.jsonl").read_text().splitlines():
-        line = json.loads(text)
-        check.validate(line)
-        assert line["run"] == run and "prediction" not in line
+    for line in joined_jsonl(tmp_path / "jl"):
+        assert line["run"] == run
         ids, values = got[(line["model"], line["dataset"], line["shift"], params_key(line["params"]),
                            line["severity"], line["metric"], line["kind"])]
         ids.append(line["sample_id"])
@@ -310,7 +327,7 @@ def test_several_runs_and_all(tmp_path, capsys):
     assert code == 0
     assert {f.split("/")[0] for f in files_of(tmp_path / "rb")} == {".shiftbench-export.json", first, second}
     code, _, _ = export(capsys, "--store", str(db), "--format", "jsonl", "--out", str(tmp_path / "jl"), "--all")
-    runs = {json.loads(line)["run"] for line in (tmp_path / "jl" / "samples.jsonl").read_text().splitlines()}
+    runs = {line["run"] for line in joined_jsonl(tmp_path / "jl")}
     assert code == 0 and runs == {first, second}
 
 
@@ -337,8 +354,14 @@ def test_a_store_of_an_older_shiftbench_exports_with_a_note_per_lack(tmp_path, c
         assert all(r["ci95"] is None and r["change"] is None for r in doc["rows"]) and doc["failure_points"] == []
         assert doc["provenance"]["weights"] is None and doc["provenance"]["dataset"] is None
         assert [r["value"] for r in doc["rows"]] == [r["value"] for r in rows]
-    elif fmt == "jsonl":
-        assert (tmp_path / "x" / "samples.jsonl").read_text() == ""
+    elif fmt in ("jsonl", "parquet"):
+        if fmt == "jsonl":
+            assert (tmp_path / "x" / "samples.jsonl").read_text() == ""
+            conditions = joined_jsonl(tmp_path / "x", "conditions.jsonl")
+            assert len(conditions) == len({(r["shift"], r["severity"]) for r in rows})
+        else:
+            import pyarrow.parquet as pq
+            assert pq.read_table(tmp_path / "x" / "samples.parquet").num_rows == 0
         assert len(said) == 2 and "no per-sample values" in said[0] and ": no lines" in said[0]
     else:
         others = ", ".join(c for c in ex.ROBUSTBENCH_CORRUPTIONS if c != "gaussian_noise")
@@ -356,12 +379,12 @@ def test_predictions_without_per_sample_values_still_give_lines(tmp_path, capsys
     store.finish_condition(cid, {"top1": (0.5, 2)})
     store.close()
     code, _, err = export(capsys, "--store", str(db), "--format", "jsonl", "--out", str(tmp_path / "jl"))
-    assert code == 0 and "lines from its predictions only" in err
-    lines = [json.loads(x) for x in (tmp_path / "jl" / "samples.jsonl").read_text().splitlines()]
-    for line in lines:
-        validator("jsonl").validate(line)
-    assert [(x["sample_id"], x["metric"], x["value"], x["correct"], x["dataset"]) for x in lines] == \
-           [("a", None, None, True, "objects"), ("b", None, None, False, "objects")]
+    assert code == 0 and "its predictions only (predictions.jsonl), nothing in samples.jsonl" in err
+    assert (tmp_path / "jl" / "samples.jsonl").read_text() == ""
+    lines = joined_jsonl(tmp_path / "jl", "predictions.jsonl")
+    assert [(x["sample_id"], x["prediction"], x["correct"], x["dataset"], x["shift"]) for x in lines] == \
+           [("a", {"pred": 1, "correct": True}, True, "objects", "clean"),
+            ("b", {"pred": 0, "correct": False}, False, "objects", "clean")]
 
 
 # -- bad input, and nothing half-written -----------------------------------------------------------------------
@@ -428,7 +451,11 @@ def test_a_failing_export_leaves_nothing_and_a_foreign_file_is_never_replaced(sm
 
 def test_the_schemas_are_package_data_and_valid():
     for fmt in ex.FORMATS:
-        jsonschema.Draft202012Validator.check_schema(ex.schema(fmt))
+        for part in ex.SCHEMA_FILES[fmt]:
+            jsonschema.Draft202012Validator.check_schema(ex.schema(fmt, part))
+    assert ex.schema("jsonl") == ex.schema("jsonl", "samples")
+    with pytest.raises(Exception, match="jsonl has no part 'rows'"):
+        ex.schema("jsonl", "rows")
     with pytest.raises(Exception, match="unknown format"):
         ex.schema("csv")
     # the values the schemas refuse: a percentage that is not RobustBench's string, a row without a CI field

@@ -43,3 +43,19 @@ def test_differences_name_the_line():
     assert "changed  demo/report/files/tables.md/text" in text
     assert "-| m | 0.50 |" in text and "+| m | 0.51 |" in text
     assert "extra    demo/report/files/extra.csv" in text
+
+
+def test_floats_compare_within_the_tolerance_and_nothing_else_does():
+    """The last digits of a model's output move with the CPU's kernels: a float within FLOAT_TOLERANCE is the
+    same, a larger change or any other text change is a difference, for inline lines and for digests alike."""
+    line = "ece,fog s3,m,0.3371053376377681,-0.0019212975122144815,6"
+    noise = "ece,fog s3,m,0.33710534286107774,-0.0019212922889048634,6"
+    real = "ece,fog s3,m,0.3381053376377681,-0.0019212975122144815,6"
+    renamed = "ece,fog s4,m,0.3371053376377681,-0.0019212975122144815,6"
+    text = lambda *lines: {"t.csv": {"text": list(lines), **tool._shape("\n".join(lines)), "sha256": "x"}}  # noqa: E731
+    digest = lambda *lines: {"t.csv": {**tool._shape("\n".join(lines)), "sha256": "x"}}  # noqa: E731
+    for pack in (text, digest):
+        assert tool.differences(pack(line), pack(noise)) == []
+        assert tool.differences(pack(line), pack(real)) != []
+        assert tool.differences(pack(line), pack(renamed)) != []
+    assert tool.differences(text(line, "1"), text(line, "2")) != []  # an integer is compared exactly

@@ -370,9 +370,11 @@ def read_store(db: Path, tmp: Path | None = None) -> dict[str, Any]:
         for cid, sid, text in conn.execute("SELECT condition_id, sample_id, prediction FROM predictions"
                                            " ORDER BY condition_id, sample_id"):
             conditions[labels[cid]]["predictions"].append([norm(sid), norm(text)])
-        for cid, metric, kind, ids, data in conn.execute("SELECT condition_id, metric, kind, ids, data FROM samples"):
-            conditions[labels[cid]]["samples"][metric] = [kind, len(json.loads(ids)),
-                                                          _sha(norm(ids).encode("utf-8") + b"\0" + bytes(data))]
+        for cid, metric, kind, ids, values in _samples(db):
+            # the ids as JSON and the values as float64 .npy bytes, whatever layout the store keeps them in
+            text = json.dumps([str(i) for i in ids], separators=(",", ":"))
+            conditions[labels[cid]]["samples"][metric] = [kind, len(ids), _sha(norm(text).encode("utf-8") + b"\0"
+                                                                                + _npy64(values))]
         artifacts = {}
         for run, key, data, meta in conn.execute(
                 "SELECT r.name, a.key, a.data, a.meta FROM artifacts a JOIN runs r ON a.run_id = r.run_id"):
@@ -388,6 +390,35 @@ def read_store(db: Path, tmp: Path | None = None) -> dict[str, Any]:
         if len(blob) > INLINE_LIMIT:
             entry["predictions"] = {"count": len(entry["predictions"]), "sha256": _sha(blob)}
     return {"runs": runs, "conditions": dict(sorted(conditions.items())), "artifacts": dict(sorted(artifacts.items()))}
+
+
+def _samples(db: Path) -> Iterator[tuple[int, str, str, list[str], Any]]:
+    """Every stored per-sample record ``(condition id, metric, kind, ids, values)``, read by the store's own
+    reader (its layout is the store's business, the values are the behaviour)."""
+    from shiftbench.condition import params_key
+    from shiftbench.results.store import Store
+
+    with Store(db, create=False) as store:
+        with store.reading("its per-sample values"):
+            keeps = store.keeps_samples()
+            cids = {} if not keeps else {
+                (r[0], r[1], r[2], r[3], r[4], r[5]): r[6] for r in store._conn.execute(
+                    "SELECT run_id, model, dataset, shift, params, severity, condition_id FROM conditions")}
+        for run in store.runs() if keeps else []:
+            for s in store.samples(run["run_id"]):
+                key = (run["run_id"], s["model"], s["dataset"], s["shift"], params_key(s["params"]), s["severity"])
+                yield cids[key], s["metric"], s["kind"], s["ids"], s["values"]
+
+
+def _npy64(values: Any) -> bytes:
+    """``values`` as the float64 .npy bytes the store wrote before it kept them compact (np.save, no pickles)."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(values, dtype=np.float64), allow_pickle=False)
+    return buffer.getvalue()
 
 
 def rows(part: dict[str, Any]) -> list[tuple]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from .console import make_console, plural, print_table
+from .console import Steps, make_console, plural, print_table
 from .demo import run_demo
 from .engine import DEFAULT_SHARD
 from .engine.cluster import token_auth
@@ -442,15 +442,17 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
     if all_runs:
         with Store(store, create=False) as db:
             run_ids = tuple(r["run_id"] for r in db.runs())
-    path = build_report(store, out, run_id=list(run_ids) if run_ids else None)
+    with Steps("report", "table rows") as steps:
+        path = build_report(store, out, run_id=list(run_ids) if run_ids else None, progress=steps)
     make_console().print(f"report: {path}", soft_wrap=True, markup=False)
 
 
 @cli.command("export")
 @click.option("--store", required=True, type=click.Path(), help="Results database.")
 @click.option("--format", "fmt", required=True, metavar="FORMAT",
-              help="robustbench (RobustBench's model_info/<dataset>/corruptions layout), jsonl (one line per sample, "
-                   "condition and metric) or results (one JSON per run: rows, 95% CIs, failure points, provenance).")
+              help="robustbench (RobustBench's model_info/<dataset>/corruptions layout), jsonl (conditions.jsonl, and "
+                   "one line per sample and metric in samples.jsonl), parquet (samples.parquet and predictions.parquet; "
+                   "needs the stream extra) or results (one JSON per run: rows, 95% CIs, failure points, provenance).")
 @click.option("--out", required=True, type=click.Path(),
               help="Output folder; only the files of an earlier export there are replaced.")
 @click.option("--run-id", "run_ids", multiple=True, help="Which run (repeatable; default: the latest).")
@@ -458,7 +460,9 @@ def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -
 def export_cmd(store: str, fmt: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
     """Export runs of a results store for other tools (never re-runs models; docs/exports.md)."""
 
-    done = export_store(store, out, fmt, run_id=list(run_ids) if run_ids else None, all_runs=all_runs)
+    with Steps("export", "steps") as steps:
+        done = export_store(store, out, fmt, run_id=list(run_ids) if run_ids else None, all_runs=all_runs,
+                            progress=steps)
     for note in done.notes:  # what the store lacked, one line each
         click.echo(f"note: {one_line(note)}", err=True)
     make_console().print(f"export {done.format}: {plural(len(done.files), 'file')} of {plural(len(done.runs), 'run')} "
@@ -488,7 +492,8 @@ def leaderboard_cmd(stores: tuple[str, ...], out: str | None, by: str | None) ->
 
     if out is not None:
         out_folder(out, "leaderboard")  # an empty --out refused before anything is printed
-    board = leaderboard(list(stores), by=by)
+    with Steps("leaderboard", "steps") as steps:
+        board = leaderboard(list(stores), by=by, progress=steps)
     click.echo(to_markdown(board), nl=False)
     if out is not None:
         md, html = write_leaderboard(board, out)

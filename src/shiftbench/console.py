@@ -102,3 +102,70 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+STEPS_DELAY_S = 2.0  # a reader command (report, export, leaderboard) shows its bar once it has run this long
+STEPS_LINES_S = 30.0  # in a log or a pipe: a plain line every this many seconds, the first after as long
+
+
+class Steps:
+    """The progress of a reader command (report, export, leaderboard) on stderr, shown only when it runs for more
+    than a few seconds: a rich bar in a terminal once ``STEPS_DELAY_S`` have passed, plain lines every
+    ``STEPS_LINES_S`` in a log or a pipe (``report: 120/380 table rows (31.6%), ...; fog``), then one at the end. A
+    command that finishes sooner prints nothing. Call it with (done, total, label); use it as a context manager.
+
+    >>> import io
+    >>> clock = iter([0.0, 1.0, 40.0, 41.0, 42.0, 60.0]).__next__  # the seconds each look at the clock sees
+    >>> out = io.StringIO()
+    >>> with Steps("report", "table rows", stream=out, clock=clock, terminal=False) as steps:
+    ...     steps(1, 4, "clean")  # after 1 s: nothing yet
+    ...     steps(2, 4, "fog")  # after 40 s: a line
+    >>> print(out.getvalue().strip())
+    report: 2/4 table rows (50.0%), 0.0 table rows/s, about 42 s left; fog
+    report: 2/4 table rows (50.0%), 0.0 table rows/s, about 60 s left; fog
+    """
+
+    def __init__(self, title: str, what: str = "steps", stream: TextIO | None = None, clock: Any = time.monotonic,
+                 terminal: bool | None = None):
+        self.title, self.what = title, what
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.terminal = is_terminal(self.stream) if terminal is None else terminal
+        self.start = clock()
+        self.bar: Any = None
+        self.lines: LineProgress | None = None
+        self.done = 0.0
+
+    def __enter__(self) -> "Steps":
+        return self
+
+    def __call__(self, done: float, total: float, label: str = "") -> None:
+        now = self.clock()
+        elapsed = now - self.start
+        if self.terminal:
+            if self.bar is None and elapsed >= STEPS_DELAY_S:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+                self.bar = Progress(TextColumn(f"{self.title} " + "{task.description:<24}"), BarColumn(),
+                                    MofNCompleteColumn(), TimeRemainingColumn(),
+                                    console=Console(file=self.stream), transient=True)
+                self.bar.__enter__()
+                self.task = self.bar.add_task(label, total=total)
+            if self.bar is not None:
+                self.bar.update(self.task, completed=done, total=total, description=label)
+            return
+        if self.lines is None:
+            if elapsed < STEPS_LINES_S:
+                return
+            self.lines = LineProgress(total, self.what, self.title, STEPS_LINES_S, self.stream, self.clock)
+            self.lines.start = self.start
+            self.lines.last = self.start
+        self.lines.total = total
+        self.lines.advance(label, done - self.lines.done)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        elif self.lines is not None and exc[0] is None:
+            self.lines.close()

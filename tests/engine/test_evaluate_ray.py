@@ -71,7 +71,8 @@ def assert_same_store(a: Path, b: Path) -> None:
     ca, cb = store_content(a), store_content(b)
     for table in ca:
         assert ca[table] == cb[table], table
-    assert ca["results"] and ca["batches"] and ca["artifacts"]
+    # a finished condition's batch states may be dropped by the store: the results carry the comparison
+    assert ca["results"] and ca["artifacts"]
 
 
 def ray_engine(ray_cluster, **more) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import jsonschema
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -180,8 +181,13 @@ def test_any_name_a_store_accepts_exports_in_every_format_and_ranks(tmp_path, mo
     doc = strict_json((place / "out/results" / name).read_text(encoding="utf-8"))
     assert doc["run"]["run_id"] == rid and {(r["model"], r["dataset"]) for r in doc["rows"]} == {(model, dataset)}
     assert record_names(place / "out/results") == {name: {"run": rid}}
+    conditions = [strict_json(x) for x in
+                  (place / "out/jsonl/conditions.jsonl").read_text(encoding="utf-8").splitlines()]
     lines = [strict_json(x) for x in (place / "out/jsonl/samples.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert {(x["run"], x["model"], x["dataset"]) for x in lines} == {(rid, model, dataset)} and len(lines) == 24
+    assert {(x["run"], x["model"], x["dataset"]) for x in conditions} == {(rid, model, dataset)} and len(lines) == 24
+    assert {x["condition"] for x in lines} <= {x["condition"] for x in conditions}
+    table = pq.read_table(place / "out/parquet/samples.parquet").select(["run", "model", "dataset"]).to_pylist()
+    assert {(x["run"], x["model"], x["dataset"]) for x in table} == {(rid, model, dataset)} and len(table) == 24
     behind = record_names(place / "out/robustbench")
     (info_name,) = [f for f in done["robustbench"].files if f.endswith(".json")]
     info = strict_json((place / "out/robustbench" / info_name).read_text(encoding="utf-8"))
@@ -389,20 +395,21 @@ def test_a_value_that_is_no_accuracy_is_never_written_as_one(tmp_path, bad):
 
 def test_a_non_finite_per_sample_value_is_refused_naming_the_store_run_and_condition(tmp_path, capsys):
     """promise: a user mistake (or a damaged store) is one error line naming the store, the run and the condition:
-    a NaN or infinite per-sample value refuses jsonl, results and the leaderboard (exit status 2)."""
+    a NaN or infinite per-sample value refuses jsonl, parquet, results and the leaderboard (exit status 2)."""
     db = tmp_path / "store with space.db"
     values = RIGHT.copy()
     values[2] = np.nan
     rid = write_run(db, "m\nx", "run/odd", "objects", values=values, conditions=(("clean", 0), ("fog", 3)))
     for call in (lambda: ex.export_store(db, tmp_path / "a", "jsonl"),
                  lambda: ex.export_store(db, tmp_path / "b", "results"),
+                 lambda: ex.export_store(db, tmp_path / "e", "parquet"),
                  lambda: leaderboard([str(db)])):
         with pytest.raises(StoreError) as caught:
             call()
         message = str(caught.value)
         assert message.startswith(f"{db}: run {rid!r}: model 'm\\nx', dataset 'objects', clean: ")
         assert "per-sample values of 'top1' are not finite (NaN at sample 's2')" in message
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert not any((tmp_path / x).exists() for x in "abe")  # the streamed formats too: nothing half-written
     for args in (["export", "--store", str(db), "--format", "results", "--out", str(tmp_path / "c")],
                  ["leaderboard", str(db)]):
         assert main(args) == 2

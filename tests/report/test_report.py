@@ -362,7 +362,7 @@ class _FakeUncertainty:
     def has(self, model, metric):
         return True
 
-    def annotate(self, table):
+    def annotate(self, table, step=None):
         for cell in table.cells.values():
             if cell.value is not None:
                 cell.low, cell.high, cell.noise, cell.p_value = cell.value - 0.05, cell.value + 0.05, True, 0.5

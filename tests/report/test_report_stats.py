@@ -334,3 +334,40 @@ def test_cells_where_the_bootstrap_and_mcnemar_disagreed_now_agree():
     samples, rows = _paired_store(clean, [shifted])
     res = Uncertainty(samples).aggregate("m", "top1", [("snow", {}, 1)])
     assert res["p_value"] == pytest.approx(0.03125) and not res["noise"] and res["delta_high"] < 0
+
+
+def test_a_row_is_drawn_once_for_every_model_metric_and_its_change(monkeypatch):
+    """Issue 38: every cell of a row (each model, the mean column, the change against clean, the other metric's
+    table) reads the resamples made in one pass over the row's draw; the numbers are those of an Uncertainty
+    that keeps nothing between cells (ids missing under one condition included: those cells draw on their own)."""
+    from shiftbench.report import stats
+
+    draws = []
+    real = stats.resample_counts
+
+    def counting(n, n_boot, rng):
+        draws.append(n)
+        return real(n, n_boot, rng)
+
+    monkeypatch.setattr(stats, "resample_counts", counting)
+    metrics = (("top1", "mean"), ("ece", "ece:15"))
+    samples, rows = synthetic_samples(n=30, metrics=metrics, missing={})
+    tables = build_tables(rows) + build_tables(rows, per_severity=True)
+    u = Uncertainty(samples, seed=2, n_boot=100)
+    for t in tables:
+        u.annotate(t)
+    row_keys = {tuple((c.shift, c.params_key, c.severity) for c in row_conditions(t, label))
+                for t in tables for label in t.rows}
+    assert len(draws) == len(row_keys) < sum(len(t.cells) for t in tables) / 4  # one per row, not one per cell
+
+    samples, rows = synthetic_samples(n=30, metrics=metrics)  # ids 0-4 missing under one severity
+    kept = build_tables(rows) + build_tables(rows, per_severity=True)
+    u = Uncertainty(samples, seed=2, n_boot=100)
+    for t in kept:
+        u.annotate(t)
+    monkeypatch.setattr(stats, "_MEMO_VECTORS", 0)  # keep nothing: every cell draws again
+    fresh = build_tables(rows) + build_tables(rows, per_severity=True)
+    v = Uncertainty(samples, seed=2, n_boot=100)
+    for t in fresh:
+        v.annotate(t)
+    assert [t.cells for t in kept] == [t.cells for t in fresh]

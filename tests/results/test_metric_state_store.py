@@ -75,11 +75,20 @@ def _interrupted(spec, db, after: int) -> None:
 
 
 def test_each_batch_saves_its_own_state_and_the_rows_are_their_merge(tmp_path):
+    """Seen while the run is in flight (after each save): a finished condition keeps no batches."""
     db = tmp_path / "r.db"
-    rows = sb.evaluate(SPEC, store=db)
+    seen: dict[int, dict[int, object]] = {}
+
+    def on_batch(model, b):  # called after the batch is saved, before its condition is finished
+        with Store(db, create=False) as reader:
+            for cid in _conditions(db):
+                seen[cid] = {**seen.get(cid, {}), **reader.batches(cid)}
+
+    rows = sb.evaluate(SPEC, store=db, on_batch=on_batch)
     store = Store(db)
-    for cid, (shift, severity, _) in _conditions(db).items():
-        saved = store.batches(cid)
+    for cid, (shift, severity, status) in _conditions(db).items():
+        assert status == "done" and store.batches(cid) == {}
+        saved = seen[cid]
         assert sorted(saved) == [0, 1, 2, 3]
         assert all(state[STATE_FORMAT_KEY] == STATE_FORMAT for state in saved.values())
         # the state of each batch alone: 6, 6, 6 and the last 2 of 20 samples
@@ -98,11 +107,15 @@ def test_detection_state_per_batch_does_not_grow(tmp_path):
     db = tmp_path / "d.db"
     spec = {"dataset": _Boxes.name, "models": [{"name": "dummy_detector", "params": {"label_space": 2}}],
             "shifts": ["clean"], "metrics": ["box_ap"], "batch_size": 3}
-    rows = sb.evaluate(spec, store=db)
-    (cid,) = _conditions(db)
-    with sqlite3.connect(db) as conn:
-        sizes = [n for (n,) in conn.execute("SELECT length(state) FROM batches WHERE condition_id = ? ORDER BY batch",
-                                            (cid,))]
+    saved: dict[int, object] = {}
+
+    def on_batch(model, b):  # each batch's state as saved, read while the condition is in flight
+        with Store(db, create=False) as reader:
+            (cid,) = _conditions(db)
+            saved.update(reader.batches(cid))
+
+    rows = sb.evaluate(spec, store=db, on_batch=on_batch)
+    sizes = [len(json.dumps(saved[b])) for b in sorted(saved)]
     assert len(sizes) == 4 and max(sizes) < 1.5 * min(sizes), sizes
     one = METRICS.create("box_ap")
     data, model = _Boxes(), sb.create_model("dummy_detector", label_space=2)
@@ -141,15 +154,23 @@ def test_an_old_cumulative_partial_condition_is_recomputed_not_mis_merged(tmp_pa
                 conn.execute("UPDATE batches SET state = ? WHERE condition_id = ? AND batch = ?",
                              (json.dumps(old), cid, b))
     store.close()
+    redone: dict[int, dict[int, object]] = {}
+
+    def on_batch(model, b):  # the partial conditions' batches as the resume saves them again
+        with Store(db, create=False) as reader:
+            for cid in partial:
+                redone.setdefault(cid, {}).update(reader.batches(cid))
+
     with caplog.at_level(logging.WARNING, logger="shiftbench"):
-        resumed = sb.evaluate(SPEC, store=db)
+        resumed = sb.evaluate(SPEC, store=db, on_batch=on_batch)
     warnings = [r.getMessage() for r in caplog.records if "cumulative format" in r.getMessage()]
     assert len(warnings) == len(partial) and "recomputing this condition" in warnings[0]
     assert _exact(resumed) == _exact(reference)
     store = Store(db)
-    for cid in partial:  # redone in the new format, every batch
-        assert all(state[STATE_FORMAT_KEY] == STATE_FORMAT for state in store.batches(cid).values())
-        assert len(store.batches(cid)) == 4
+    for cid in partial:  # redone in the new format, every batch; dropped once the condition finished
+        assert all(state[STATE_FORMAT_KEY] == STATE_FORMAT for state in redone[cid].values())
+        assert sorted(redone[cid]) == [0, 1, 2, 3]
+        assert store.is_done(cid) and store.batches(cid) == {}
 
 
 def test_clear_batches_refuses_a_finished_condition(tmp_path):

@@ -423,6 +423,9 @@ class _Evaluation(TaskRun):
         if self.runner.call.on_batch:
             self.runner.call.on_batch(scored.model, scored.batch)
 
+    def park(self, held: Held, parked: bool) -> None:
+        held.parked = parked
+
     def finish(self, ci: int, model: str, held: Held) -> None:
         finish_held(self.store, self.cids[(model, ci)], held, self.plan.metrics[model], self.n_batches)
 

@@ -248,6 +248,12 @@ class TaskRun:
     def unit_done(self, unit: "Unit", thumbs: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
         """A unit is back from a worker, before its batches are saved (ray loop)."""
 
+    def park(self, held: Any, parked: bool) -> None:
+        """Ray loop, before a unit's batches are saved: ``parked`` (the condition is open but not the oldest open
+        one) asks that the batches saved from now on stay in the store alone until ``finish`` reads them back,
+        so that the driver holds one condition's per-sample data however many conditions units in flight keep
+        open. A task that keeps nothing per sample ignores it."""
+
 
 def _open(store: Store, task: TaskRun, ci: int, cond: Planned) -> tuple[dict[str, Any], list[int]]:
     """The models that still need condition ``ci`` (model order), each with what is held of it, and the batches
@@ -259,21 +265,30 @@ def _open(store: Store, task: TaskRun, ci: int, cond: Planned) -> tuple[dict[str
 
 def run_local(store: Store, task: TaskRun, conditions: Sequence[Planned]) -> None:
     """The local loop: condition by condition, each batch loaded once (the next one on a thread while the
-    models run this one) and scored for every model that still needs it."""
+    models run this one) and scored for every model that still needs it. A condition is run in a call of its
+    own (:func:`_run_condition`), so nothing of it (its mergers' per-sample values, its last batch) outlives its
+    finish: the loop holds one condition's data at a time, whatever the number of samples."""
     with ThreadPoolExecutor(1) as pool:
         for ci, cond in enumerate(conditions):
-            held, batches = _open(store, task, ci, cond)
-            if not held:
-                continue
-            future: Future | None = None
-            for k, b in enumerate(batches):
-                loaded = (future or pool.submit(task.load, cond, b)).result()
-                future = pool.submit(task.load, cond, batches[k + 1]) if k + 1 < len(batches) else None
-                for scored in task.score(cond, b, loaded, [m for m, h in held.items() if b not in task.saved(h)]):
-                    task.save(ci, scored, held[scored.model])
-            for m, h in held.items():
-                task.finish(ci, m, h)
-            task.condition_done(ci, cond, list(held))
+            _run_condition(store, task, ci, cond, pool)
+
+
+def _run_condition(store: Store, task: TaskRun, ci: int, cond: Planned, pool: ThreadPoolExecutor) -> None:
+    """Condition ``ci`` on the local loop: each batch any model still needs loaded once (the next one on
+    ``pool`` while this one is scored), saved model by model, then every model finished."""
+    held, batches = _open(store, task, ci, cond)
+    if not held:
+        return
+    future: Future | None = None
+    for k, b in enumerate(batches):
+        loaded = (future or pool.submit(task.load, cond, b)).result()
+        future = pool.submit(task.load, cond, batches[k + 1]) if k + 1 < len(batches) else None
+        for scored in task.score(cond, b, loaded, [m for m, h in held.items() if b not in task.saved(h)]):
+            task.save(ci, scored, held[scored.model])
+    models = list(held)
+    for model in models:  # each model's mergers go as soon as its rows are written
+        task.finish(ci, model, held.pop(model))
+    task.condition_done(ci, cond, models)
 
 
 @dataclass(frozen=True)
@@ -291,7 +306,10 @@ def run_units(store: Store, task: TaskRun, conditions: Sequence[Planned], engine
     """The ray loop: units of (condition, ``per_unit`` batches) run by ``run_unit`` on ``engine``'s actors, made
     lazily; what comes back is saved here, the only writer of the store, as the local loop saves it. A condition
     whose batches were all saved before a kill is finished at once (only the merge is left); a (model,
-    condition) is finished once all of its batches are back."""
+    condition) is finished once all of its batches are back. Units end in any order, and a slow one keeps its
+    condition open while the others run on through later conditions: every open condition but the oldest is
+    ``park``ed (its batches stay in the store until its finish), so what the driver holds does not grow with
+    the conditions open."""
     open_: dict[int, dict[str, Any]] = {}
 
     def units() -> Iterator[Unit]:
@@ -311,6 +329,9 @@ def run_units(store: Store, task: TaskRun, conditions: Sequence[Planned], engine
         items, thumbs = result
         task.unit_done(unit, thumbs)
         held = open_[unit.ci]
+        parked = unit.ci != min(open_)
+        for h in held.values():
+            task.park(h, parked)
         for scored in items:
             task.save(unit.ci, scored, held[scored.model])
         for m in [m for m, h in held.items() if len(task.saved(h)) == task.n_batches]:  # model order
@@ -480,13 +501,19 @@ class Loader:
 # -- a (model, condition) being computed -----------------------------------------------------------
 @dataclass
 class Held:
-    """A (model, condition) being computed: its mergers, the batches in them, samples scored and skipped."""
+    """A (model, condition) being computed: its mergers, the batches in them, samples scored and skipped.
+
+    ``parked``: the batches saved from now on stay in the store alone (``stored``), not in the mergers, and are
+    read back when the condition is finished: the Ray loop parks every open condition but the oldest, so the
+    driver holds one condition's per-sample values however many conditions a slow unit keeps open."""
 
     mergers: dict[str, OrderedMerge]
     saved: set = field(default_factory=set)
     n: int = 0
     skipped: list = field(default_factory=list)
     ids: dict = field(default_factory=dict)  # batch -> ids of its scored samples (None: saved before ids were kept)
+    parked: bool = False
+    stored: set = field(default_factory=set)  # batches saved while parked: in the store, not in the mergers
 
 
 @dataclass
@@ -525,14 +552,8 @@ def restore_held(store: Store, cid: int, metric: Callable[[str], Any], metric_na
                     "recomputing this condition")
         return held
     for b, state in saved.items():
-        for name in metric_names:
-            if name not in state:
-                raise ShiftbenchError(f"store condition {cid}: saved batch {b} has no state for metric {name!r}")
-            part = held.mergers[name].total.fresh()
-            part.load_state_dict(decode_state(state[name]))
-            held.mergers[name].add(b, part)
+        _merge_saved(held, cid, b, state)
         held.saved.add(b)
-        held.ids[b] = state.get(IDS_KEY)  # None in a batch saved before ids were kept
         # a batch saved before counts were kept is a full one (nothing could be skipped then)
         full = min(batch_size, n_samples - b * batch_size)
         held.n += int(state.get(COUNT_KEY, full))
@@ -540,9 +561,27 @@ def restore_held(store: Store, cid: int, metric: Callable[[str], Any], metric_na
     return held
 
 
+def _merge_saved(held: Held, cid: int, b: int, state: dict[str, Any]) -> None:
+    """Batch ``b``'s saved ``state`` (as the store holds it) into the mergers, with its sample ids."""
+    for name, merger in held.mergers.items():
+        if name not in state:
+            raise ShiftbenchError(f"store condition {cid}: saved batch {b} has no state for metric {name!r}")
+        part = merger.total.fresh()
+        part.load_state_dict(decode_state(state[name]))
+        merger.add(b, part)
+    held.ids[b] = state.get(IDS_KEY)  # None in a batch saved before ids were kept
+
+
 def save_scored(store: Store, cid: int, scored: Scored, held: Held) -> None:
-    """Save a scored batch (one transaction) and hand its metric states to the condition's mergers."""
+    """Save a scored batch (one transaction) and hand its metric states to the condition's mergers (a
+    ``parked`` condition's: to the store alone, read back by :func:`finish_held`)."""
     store.save_batch(cid, scored.batch, scored.states, predictions=scored.predictions or None)
+    held.saved.add(scored.batch)
+    held.n += scored.n
+    held.skipped.extend(scored.skipped)
+    if held.parked:
+        held.stored.add(scored.batch)
+        return
     parts = scored.parts
     if parts is None:  # from a worker: the states are what the store holds, decoded as a resume does
         parts = {}
@@ -551,15 +590,19 @@ def save_scored(store: Store, cid: int, scored: Scored, held: Held) -> None:
             parts[name].load_state_dict(decode_state(scored.states[name]))
     for name, merger in held.mergers.items():
         merger.add(scored.batch, parts[name])
-    held.saved.add(scored.batch)
     held.ids[scored.batch] = scored.states.get(IDS_KEY)
-    held.n += scored.n
-    held.skipped.extend(scored.skipped)
 
 
 def finish_held(store: Store, cid: int, held: Held, metric_names: Sequence[str], n_batches: int) -> None:
     """Merge a condition's batches and write its rows and, when every batch's sample ids are known, each
-    metric's per-sample values (data order), in one transaction."""
+    metric's per-sample values (data order), in one transaction. Batches saved while the condition was
+    ``parked`` are read back from the store first (the condition is not finished yet: they are there)."""
+    if held.stored:
+        saved = store.batches(cid)
+        for b in sorted(held.stored):
+            _merge_saved(held, cid, b, saved[b])
+        held.stored.clear()
+        del saved
     batch_ids = [held.ids.get(b) for b in range(n_batches)]
     ids = None if any(i is None for i in batch_ids) else [sid for part in batch_ids for sid in part]
     metrics = {name: merger.result(n_batches) for name, merger in held.mergers.items()}

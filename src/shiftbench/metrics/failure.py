@@ -46,7 +46,7 @@ from ..errors import ShiftbenchError
 from ..seeds import check_seed
 from .uncertainty import LEVEL, N_BOOT, check_bootstrap_args, resample_counts, weighted_sums
 
-__all__ = ["FailurePoint", "failure_point", "FRACTION"]
+__all__ = ["FailurePoint", "failure_point", "failure_points", "FRACTION"]
 
 FRACTION = 0.5
 
@@ -162,8 +162,50 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     >>> failure_point([1, 2], clean, [[1] * 7 + [0] * 3, [1] * 6 + [0] * 4], n_boot=200).severity is None
     True
     """
+    return failure_points([(severities, clean, shifted, from_clean)], fraction, level, n_boot, seed)[0]
+
+
+_GROUP_CELLS = 4_000_000  # the stacked scores of the curves sharing one pass over a draw (32 MB of float64)
+
+
+def failure_points(curves: Sequence[tuple[Any, Any, Any, bool]], fraction: float = FRACTION, level: float = LEVEL,
+                   n_boot: int = N_BOOT, seed: int = 0) -> list[FailurePoint]:
+    """:func:`failure_point` of many curves, ``(severities, clean, shifted, from_clean)`` each, at once. Every
+    curve's draw comes from ``seed`` alone, so the curves over the same number of images share one draw: it is
+    made once and applied to all of them in one pass, and each result equals the curve's own :func:`failure_point`."""
     check_bootstrap_args(level, n_boot)
     seed = check_seed(seed)
+    prepared = [_prepared(sev, clean, shifted, fraction, bool(from_clean)) for sev, clean, shifted, from_clean in curves]
+    boots: list[np.ndarray] = [np.empty(0)] * len(prepared)
+    groups = []  # curves over the same n images, at most _GROUP_CELLS values stacked (the draw is made per group)
+    for n in sorted({x0.size for _, x0, _ in prepared}):
+        group: list[int] = []
+        for k in (k for k, (_, x0, _) in enumerate(prepared) if x0.size == n):
+            if group and (len(group) + 1) * (1 + prepared[k][0].size) * n > _GROUP_CELLS:
+                groups.append((n, group))
+                group = []
+            group.append(k)
+        groups.append((n, group))
+    for n, mine in groups:
+        columns = np.ascontiguousarray(np.concatenate(
+            [np.concatenate([prepared[k][1][None, :], prepared[k][2]], axis=0) for k in mine], axis=0))  # (sum(1 + k), n)
+        sums = np.empty((int(n_boot), columns.shape[0]), np.float64)
+        rng = np.random.Generator(np.random.PCG64(seed))
+        start = 0
+        for counts in resample_counts(n, int(n_boot), rng):
+            sums[start:start + counts.shape[0]] = weighted_sums(counts, columns) / n
+            start += counts.shape[0]
+        at = 0
+        for k in mine:
+            width = 1 + prepared[k][0].size
+            boots[k] = sums[:, at:at + width]
+            at += width
+    return [_point(*curve, b, float(fraction), level, bool(c[3])) for curve, b, c in zip(prepared, boots, curves)]
+
+
+def _prepared(severities: Any, clean: Any, shifted: Any, fraction: Any,
+              from_clean: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One curve's severities, clean scores and shifted scores, checked (one line naming what is wrong)."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) \
             or not 0 < fraction < 1:
         raise ShiftbenchError(f"failure_point: fraction must be in (0, 1), got {fraction!r}")
@@ -190,20 +232,16 @@ def failure_point(severities: Sequence[float] | np.ndarray, clean: Sequence[floa
     n = int(x0.size)
     if n < 2:
         raise ShiftbenchError(f"failure_point: needs at least 2 images to bootstrap, got {n}")
-    fraction = float(fraction)
+    return sev, x0, xs
 
+
+def _point(sev: np.ndarray, x0: np.ndarray, xs: np.ndarray, boots: np.ndarray, fraction: float, level: float,
+           from_clean: bool) -> FailurePoint:
+    """A curve's failure point from its resampled (clean, severities) means ``boots`` (n_boot, 1 + k)."""
+    n = int(x0.size)
     clean_acc = float(x0.mean())
     curve = xs.mean(axis=1)
-    from_clean = bool(from_clean)
     point = float(_crossings(np.array([clean_acc]), curve[None, :], sev, fraction, from_clean)[0])
-
-    columns = np.ascontiguousarray(np.concatenate([x0[None, :], xs], axis=0))  # (1 + k, n)
-    rng = np.random.Generator(np.random.PCG64(seed))
-    boots = np.empty((int(n_boot), 1 + sev.size), np.float64)
-    start = 0
-    for counts in resample_counts(n, int(n_boot), rng):
-        boots[start:start + counts.shape[0]] = weighted_sums(counts, columns) / n
-        start += counts.shape[0]
     points = _crossings(boots[:, 0], boots[:, 1:], sev, fraction, from_clean)
     low, high = _quantiles(points, level)
     alpha = (1.0 - level) / 2.0

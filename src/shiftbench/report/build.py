@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -60,7 +60,7 @@ class Summary(Fields):
 
 
 def build_report(store: str | os.PathLike, out: str | os.PathLike,
-                 run_id: str | list[str] | None = None) -> Path:
+                 run_id: str | list[str] | None = None, progress: Progress | None = None) -> Path:
     """Write the report of one run (default: the latest) or several runs (a list) into ``out``.
 
     Returns the path of report.html. With several runs each gets its own section, and the table and
@@ -69,7 +69,8 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     The report is built in a hidden temporary folder inside ``out`` and moved into place only when whole.
     A file of ``out`` is replaced only when an earlier report wrote it (``.shiftbench-report.json`` lists
     those): the files replaced are named in one warning; any other file in the way refuses the report
-    before anything is moved, so a user's file is never replaced or removed.
+    before anything is moved, so a user's file is never replaced or removed. ``progress(done, total, label)``
+    is told of each table row given its intervals (the CLI's bar: console.Steps).
     """
     out = out_folder(out, "report")  # "" would be the current folder
     made = make_folder(out, "report")  # an --out that cannot be made is refused before the store is read
@@ -78,7 +79,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         loaded = _load(store, run_id)
         remove_stale_temps(out, recursive=False)  # a killed report's temporary folder (shiftbench's own name pattern)
         stage.mkdir()
-        _write_report(stage, loaded)
+        _write_report(stage, loaded, progress)
         _publish(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -90,7 +91,8 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     return out / "report.html"
 
 
-REPORT_PARTS = ("results", "samples", "predictions", "skipped", "curation", "analysis", "thumbs", "quality")
+# the predictions of the samples the grids show, not every one (a run with --log-samples keeps them all)
+REPORT_PARTS = ("results", "samples", "shown_predictions", "skipped", "curation", "analysis", "thumbs", "quality")
 
 
 def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[Run]:
@@ -104,19 +106,20 @@ def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[Run]
     return loaded
 
 
-def _write_report(out: Path, loaded: list[Run]) -> None:
+def _write_report(out: Path, loaded: list[Run], progress: Progress | None = None) -> None:
     """The report's files, written into ``out`` (the temporary folder :func:`build_report` then publishes)."""
     sections = []
+    step = _rows_step(loaded, progress)
     for i, run in enumerate(loaded):
         prefix = "" if len(loaded) == 1 else f"run{i + 1}_"
         baseline = generated_baseline(run) or CLEAN
-        preferred, main_rows, tables, unc = _main_tables(run)
+        preferred, main_rows, tables, unc = _main_tables(run, step=step)
         detail = order_tables(build_tables(main_rows, preferred, per_severity=True), preferred)
         for t in detail:
             t.baseline = baseline
         if unc is not None:
             for t in detail:
-                unc.annotate(t)
+                unc.annotate(t, step)
         main = headline_table(tables, preferred)
         _write_tables(out, tables, detail, prefix)
         summaries = _summaries(out, run.rows, prefix, run.quality, unc, curated=bool(run.curation))
@@ -142,6 +145,27 @@ def _write_report(out: Path, loaded: list[Run]) -> None:
     (out / "report.html").write_text(_render(sections), encoding="utf-8")
 
 
+Progress = Callable[[float, float, str], None]  # progress(done, total, label)
+
+
+def _rows_step(loaded: list[Run], progress: Progress | None) -> Callable[[str], None] | None:
+    """A tick per table row given its intervals, told to ``progress`` with the rows of every run's tables."""
+    if progress is None:
+        return None
+    total = 0
+    for run in loaded:
+        if run.samples:
+            rows = [r for r in run.rows if in_main_grid(r.metric)]
+            total += sum(len(t.rows) for per in (False, True) for t in build_tables(rows, run.metrics, per_severity=per))
+    done = [0]
+
+    def step(label: str) -> None:
+        done[0] += 1
+        progress(done[0], max(total, done[0]), label)
+
+    return step
+
+
 def _failures(samples: list[Samples] | None, main: Table | None, seed: int) -> list[FailureEntry]:
     """The run's failure points of the headline metric (report/failure.py), [] without per-sample values."""
     if not samples or main is None:
@@ -160,7 +184,8 @@ def _failure_summary(out: Path, entries: list[FailureEntry], metric: str, prefix
     return [Summary("Failure points", f"{tag}-failure-points".lstrip("-"), blocks)]
 
 
-def _main_tables(run: Run, headline_only: bool = False) -> tuple[list[str], list[Row], list[Table], Uncertainty | None]:
+def _main_tables(run: Run, headline_only: bool = False, step: Callable[[str], None] | None = None
+                 ) -> tuple[list[str], list[Row], list[Table], Uncertainty | None]:
     """A run's main tables as the report shows them: the spec's metric order, the main grid's rows, one table
     per metric (with its CIs when the store has per-sample values; ``headline_only``: only the headline's
     metric, all the headline reads, each interval being seeded on its own) and the Uncertainty behind them."""
@@ -174,7 +199,7 @@ def _main_tables(run: Run, headline_only: bool = False) -> tuple[list[str], list
         main = headline_table(tables, preferred)
         for t in tables:
             if not headline_only or t is main:
-                unc.annotate(t)
+                unc.annotate(t, step)
     return preferred, main_rows, tables, unc
 
 

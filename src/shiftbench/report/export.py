@@ -1,6 +1,7 @@
-"""Exports of a results store for other tools: RobustBench's corruption layout, per-sample JSON lines, and one
-results JSON per run (every row with its 95% CI, the failure points, the provenance), each checked against a
-JSON Schema shipped with shiftbench (``shiftbench/data/schemas``; :func:`schema`).
+"""Exports of a results store for other tools: RobustBench's corruption layout, per-sample values as JSON lines or
+Parquet tables (streamed from the store: memory flat in the number of samples), and one results JSON per run
+(every row with its 95% CI, the failure points, the provenance), each checked against a JSON Schema shipped with
+shiftbench (``shiftbench/data/schemas``; :func:`schema`).
 
 Read from the store alone, like the report (never a model). The files are written into a hidden temporary
 folder inside ``out`` and moved into place only when every one of them is whole; a file of ``out`` is replaced
@@ -14,9 +15,11 @@ portable, distinct on a case-insensitive file system; ``.shiftbench-export.json`
 names behind it. docs/exports.md describes every field.
 
 >>> FORMATS
-('robustbench', 'jsonl', 'results')
+('robustbench', 'jsonl', 'results', 'parquet')
 >>> schema("jsonl")["title"]
 'shiftbench export: one line of samples.jsonl'
+>>> schema("jsonl", "conditions")["title"]
+'shiftbench export: one line of conditions.jsonl'
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import json
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -42,7 +45,9 @@ from ..console import plural
 from ..errors import ShiftbenchError
 from ..files import (file_stems, in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps,
                      temp_path, write_atomic)
-from ..results.records import ALL, Row, Run, Samples, load
+from ..install import install_command
+from ..results.records import ALL, Prediction, Row, Run, Samples, load
+from ..results.store import Store
 from ..severity import canonical
 from ..severity import label as severity_label
 from .build import generated_baseline
@@ -51,11 +56,17 @@ from .failure import failure_entries
 from .stats import NOISE_RULE, Uncertainty
 from .tables import CLEAN, condition_label
 
-__all__ = ["FORMATS", "SCHEMA_FILES", "ROBUSTBENCH_CORRUPTIONS", "EXPORT_RECORD", "Export", "export_store", "schema"]
+__all__ = ["FORMATS", "SCHEMA_FILES", "ROBUSTBENCH_CORRUPTIONS", "EXPORT_RECORD", "Export", "Progress",
+           "export_store", "schema"]
 
-FORMATS = ("robustbench", "jsonl", "results")
-SCHEMA_FILES = {"robustbench": "robustbench-model.schema.json", "jsonl": "samples-line.schema.json",
-                "results": "results.schema.json"}
+FORMATS = ("robustbench", "jsonl", "results", "parquet")
+# each format's schema files, by part: the first is what schema(fmt) gives (parquet: one row as pyarrow's
+# Table.to_pylist() reads it)
+SCHEMA_FILES = {"robustbench": {"model": "robustbench-model.schema.json"},
+                "jsonl": {"samples": "samples-line.schema.json", "conditions": "conditions-line.schema.json",
+                          "predictions": "predictions-line.schema.json"},
+                "results": {"results": "results.schema.json"},
+                "parquet": {"samples": "samples-row.schema.json", "predictions": "predictions-row.schema.json"}}
 EXPORT_RECORD = ".shiftbench-export.json"  # the files exports wrote here: the only ones a later export replaces
 SAMPLES_FILE = "samples.jsonl"
 # RobustBench's own order of ImageNet-C's 15 corruptions (robustbench/data.py, CORRUPTIONS): the column order of
@@ -79,30 +90,47 @@ class Export:
     notes: list[str] = field(default_factory=list)
 
 
-def schema(fmt: str) -> dict[str, Any]:
-    """The JSON Schema of a format's files (robustbench: each model's JSON; jsonl: one line; results: the file)."""
-    fmt = _check_format(fmt)
-    text = importlib.resources.files("shiftbench").joinpath("data", "schemas", SCHEMA_FILES[fmt]).read_text("utf-8")
-    return json.loads(text)
+def schema(fmt: str, part: str | None = None) -> dict[str, Any]:
+    """The JSON Schema of a format's files (robustbench: each model's JSON; results: the file; jsonl: one line of
+    ``part`` samples, conditions or predictions; parquet: one row of ``part`` samples or predictions, as
+    ``Table.to_pylist()`` reads it). ``part`` None: the format's first (samples for jsonl and parquet)."""
+    parts = SCHEMA_FILES[_check_format(fmt)]
+    if part is not None and part not in parts:
+        raise ShiftbenchError(f"schema: {fmt} has no part {part!r} (parts: {', '.join(parts)})")
+    name = parts[part] if part is not None else next(iter(parts.values()))
+    return json.loads(importlib.resources.files("shiftbench").joinpath("data", "schemas", name).read_text("utf-8"))
 
 
 def export_store(store: str | os.PathLike, out: str | os.PathLike, fmt: str,
-                 run_id: str | Sequence[str] | None = None, all_runs: bool = False) -> Export:
-    """Export runs of ``store`` into the folder ``out`` in format ``fmt`` (robustbench, jsonl or results):
-    ``run_id`` one run or a list of runs (default: the latest), ``all_runs`` every run of the store."""
+                 run_id: str | Sequence[str] | None = None, all_runs: bool = False,
+                 progress: Progress | None = None) -> Export:
+    """Export runs of ``store`` into the folder ``out`` in format ``fmt`` (robustbench, jsonl, results or
+    parquet): ``run_id`` one run or a list of runs (default: the latest), ``all_runs`` every run of the store.
+
+    ``progress(done, total, what)``, when given, is called after each step written, ``what`` naming it: for jsonl
+    and parquet a step is one condition (``run R: model 'm', dataset 'd', fog s3``), for results and
+    robustbench one run; the last call has ``done == total``."""
     fmt = _check_format(fmt)
     if all_runs and run_id:
         raise ShiftbenchError("export: give --run-id or --all, not both")
+    if fmt == "parquet":
+        _pyarrow()  # before --out is made: without pyarrow, one line naming the install command
     out = out_folder(out, "export")  # "" would be the current folder
     if not Path(store).exists():  # before --out is made: a mistyped store leaves no folder behind
         raise ShiftbenchError(f"{store}: store not found")
     made = make_folder(out, "export")
     stage = temp_path(out / "export")
     try:
-        loaded, notes = _load(store, run_id, all_runs, check=fmt != "robustbench")
+        loaded, notes = _load(store, run_id, all_runs, check=fmt == "results",
+                              parts=EXPORT_PARTS if fmt == "results" else _ROW_PARTS)
         remove_stale_temps(out, recursive=False)  # a killed export's temporary folder (shiftbench's own name pattern)
         stage.mkdir()
-        written, names = WRITERS[fmt](stage, loaded)
+        if fmt in STREAMED:  # per-sample values read (and checked) one condition at a time
+            written, names = STREAMED[fmt](stage, loaded, store, progress)
+        else:
+            written, names = WRITERS[fmt](stage, loaded)
+            for i, run in enumerate(loaded, 1):
+                _tell(progress, i, len(loaded), run.run_id, None)
         notes += written
         files = _publish(stage, out, names)
     except BaseException:
@@ -126,6 +154,7 @@ def _check_format(fmt: str) -> str:
 # -- reading ---------------------------------------------------------------------------------------------
 
 EXPORT_PARTS = ("counts", "results", "samples", "predictions", "skipped", "curation")
+_ROW_PARTS = ("counts", "results")  # robustbench reads rows alone; jsonl and parquet stream the per-sample values
 
 
 def _caveats(run: Run) -> list[str]:
@@ -143,13 +172,13 @@ def _caveats(run: Run) -> list[str]:
 
 
 def _load(store: str | os.PathLike, run_id: str | Sequence[str] | None, all_runs: bool,
-          check: bool = True) -> tuple[list[Run], list[str]]:
-    """The runs to export; runs without results are noted and left out (an error when that leaves none). A
-    damaged store is one StoreError, and so are per-sample values that are not finite (``check``: the formats
-    that write or use them)."""
+          check: bool = True, parts: Sequence[str] = EXPORT_PARTS) -> tuple[list[Run], list[str]]:
+    """The runs to export with ``parts``; runs without results are noted and left out (an error when that leaves
+    none). A damaged store is one StoreError, and so are per-sample values that are not finite (``check``: the
+    formats that use them loaded; the streamed formats check each condition as they read it)."""
     runs = ALL if all_runs else list(dict.fromkeys(run_id)) if isinstance(run_id, (list, tuple)) else run_id
     loaded, notes = [], []
-    for run in load(store, runs, EXPORT_PARTS):
+    for run in load(store, runs, parts):
         if not run.rows:
             partial = unfinished(run.status, run.counts)
             notes.append(f"run {run.run_id}: no results yet{f' ({partial})' if partial else ''}: left out")
@@ -187,10 +216,12 @@ def _not_finite(rows: list[Row]) -> list[str]:
 _LINE_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # JSON keeps them raw
 
 
-def _dumps(value: Any, indent: int | None = None) -> str:
+def _dumps(value: Any, indent: int | None = None, compact: bool = False) -> str:
     """JSON (never NaN or Infinity) whose text holds no character a reader splits lines at (``str.splitlines``:
-    a name's U+0085 or U+2028 would cut a JSON line in two): those are written as \\u escapes."""
-    text = json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False)
+    a name's U+0085 or U+2028 would cut a JSON line in two): those are written as \\u escapes. ``compact``: no
+    spaces after ``,`` and ``:`` (the per-sample formats' lines)."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":") if compact else None)
     for char, escaped in _LINE_BREAKS.items():
         text = text.replace(char, escaped)
     return text
@@ -203,53 +234,310 @@ def _exported_by() -> str:
         return "unknown"
 
 
-# -- jsonl -----------------------------------------------------------------------------------------------
+# -- per-sample formats (jsonl, parquet): streamed -------------------------------------------------------
+# Both read the store one (condition, metric) of per-sample values and one prediction at a time
+# (Store.iter_samples / iter_predictions) and write as they read: memory stays flat in the number of samples
+# (at most one condition's values, or one row group, at a time) and time linear. Every condition is written
+# once, in its own table (conditions.jsonl; in Parquet its columns, dictionary-encoded), under a number
+# (``condition``) that the lines of samples and predictions name.
 
-def _write_jsonl(stage: Path, loaded: list[Run]) -> tuple[list[str], dict[str, dict[str, Any]]]:
-    """``samples.jsonl``: one line per (sample, condition, metric) with per-sample values, the sample's
-    prediction and correct flag beside it where the store has predictions; a condition with predictions
-    and no per-sample values (a store written before they were kept) gives lines with metric and value null."""
-    notes = []
-    with open(stage / SAMPLES_FILE, "w", encoding="utf-8", newline="\n") as fh:
-        for run in loaded:
-            rid = run.run_id
-            notes += _caveats(run)
-            preds: dict[tuple, dict[str, Any]] = {}
-            for p in run.predictions:
-                preds.setdefault(p.key, {})[p.sample_id] = p.prediction
-            lacking = samples_caveat(run)
-            if lacking and not run.samples:
-                notes.append(f"run {rid}: {lacking}"
-                             + (": lines from its predictions only, metric and value null" if preds else ": no lines"))
-            elif lacking:
-                notes.append(f"run {rid}: {lacking}: no lines for them")
-            if not preds:
-                notes.append(f"run {rid}: no predictions (run without --log-samples): lines without prediction "
-                             "or correct")
-            for s in run.samples:
-                by_id = preds.get(s.key, {})
-                for sid, value in zip(s.ids, np.asarray(s.values, dtype=np.float64)):
-                    fh.write(_dumps(_line(rid, s, str(sid), s, _finite(value.tolist()), by_id.get(str(sid)))) + "\n")
-            datasets = {r.key: r.dataset for r in run.rows}
-            covered = {s.key for s in run.samples}
-            for (model, shift, pk, severity), by_id in preds.items():
-                if (model, shift, pk, severity) in covered:
-                    continue
-                base = Condition(model, datasets.get((model, shift, pk, severity), ""), shift, json.loads(pk), severity)
-                for sid, prediction in by_id.items():
-                    fh.write(_dumps(_line(rid, base, sid, None, None, prediction)) + "\n")
-    return notes, {SAMPLES_FILE: {"runs": [run.run_id for run in loaded]}}
+SAMPLES_FORMAT = "shiftbench-samples"
+SAMPLES_FORMAT_VERSION = 2  # 1: one self-contained line per sample; 2: conditions once, lines name them by number
+CONDITIONS_FILE, PREDICTIONS_FILE = "conditions.jsonl", "predictions.jsonl"
+SAMPLES_PARQUET, PREDICTIONS_PARQUET = "samples.parquet", "predictions.parquet"
+ROW_GROUP_ROWS = 65536  # rows gathered before a Parquet row group is written (a whole condition is never split)
+Progress = Callable[[int, int, str], None]  # progress(done, total, what): `what` names the step just finished
 
 
-def _line(run_id: str, cond: Condition, sample_id: str, samples: Samples | None, value: Any,
-          prediction: Any) -> dict[str, Any]:
-    """One line of samples.jsonl (``samples``: the per-sample values it is from, None for a prediction alone)."""
-    correct = prediction.get("correct") if isinstance(prediction, dict) else None
-    said = {} if prediction is None else {"prediction": prediction, **(
-        {"correct": correct} if isinstance(correct, bool) else {})}
-    return {"run": run_id, "sample_id": sample_id, "model": cond.model, "dataset": cond.dataset, "shift": cond.shift,
-            "params": cond.params, "severity": canonical(cond.severity), "metric": samples and samples.metric,
-            "kind": samples and samples.kind, "value": value, **said}
+class _Conditions:
+    """The conditions of an export, numbered 0, 1, ... in order of first appearance (each run's result rows in
+    store order, then conditions met only in predictions): a condition is (run, model, shift, params, severity),
+    the key predictions and per-sample values share (a prediction stores no dataset)."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[tuple, int] = {}
+        self.records: list[dict[str, Any]] = []
+
+    def number(self, run_id: str, cond: Condition) -> int:
+        key = (run_id, cond.model, cond.shift, cond.params_key, canonical(cond.severity))
+        found = self.numbers.get(key)
+        if found is None:
+            found = self.numbers[key] = len(self.records)
+            self.records.append({"condition": found, "run": run_id, "model": cond.model, "dataset": cond.dataset,
+                                 "shift": cond.shift, "params": cond.params, "severity": canonical(cond.severity)})
+        return found
+
+
+def _streamed(sink_type: type) -> Callable[..., tuple[list[str], dict[str, dict[str, Any]]]]:
+    """A writer of a per-sample format: reads each run's per-sample values and predictions from the store as a
+    stream into ``sink_type``'s files, and says per run what it lacked."""
+
+    def write(stage: Path, loaded: list[Run], store: str | os.PathLike,
+              progress: Progress | None = None) -> tuple[list[str], dict[str, dict[str, Any]]]:
+        conditions = _Conditions()
+        total = sum(len({r.key for r in run.rows}) for run in loaded)
+        done, notes = 0, []
+        with sink_type(stage, conditions) as sink, Store(store, create=False) as db:
+            keeps = db.keeps_samples()
+            for run in loaded:
+                rid = run.run_id
+                for row in run.rows:
+                    conditions.number(rid, row)
+                end = done + len({r.key for r in run.rows})
+                by_metric: dict[str, Samples] = {}  # one value-less record per metric: what samples_caveat reads
+                current = None
+                for record in db.iter_samples(rid):
+                    s = Samples(**record)
+                    check_samples([s], store, rid)
+                    number = conditions.number(rid, s)
+                    if current is not None and number != current[0] and done < end:
+                        done += 1
+                        _tell(progress, done, total, rid, current[1])
+                    current = number, s
+                    sink.samples(number, s)
+                    by_metric.setdefault(s.metric, replace(s, ids=[], values=None))
+                predictions = 0
+                for record in db.iter_predictions(rid):
+                    p = Prediction(dataset="", **record)
+                    sink.prediction(conditions.number(rid, p), p.sample_id, p.prediction)
+                    predictions += 1
+                if total and done < end:
+                    done = end
+                    _tell(progress, done, total, rid, current[1] if current else None)
+                notes += _caveats(run) + _samples_notes(replace(run, samples=list(by_metric.values()),
+                                                                keeps_samples=keeps), predictions, sink)
+            names = sink.finish(conditions.records)
+        runs = [run.run_id for run in loaded]
+        return notes, {name: {"runs": runs, "format": SAMPLES_FORMAT, "format_version": SAMPLES_FORMAT_VERSION}
+                       for name in names}
+
+    return write
+
+
+def _tell(progress: Progress | None, done: int, total: int, run_id: str, cond: Condition | None) -> None:
+    if progress is not None:
+        progress(done, total, f"run {run_id}" + (f": {condition_text(cond)}" if cond is not None else ""))
+
+
+def _samples_notes(run: Run, predictions: int, sink: Any) -> list[str]:
+    """What a run lacked for a per-sample format: per-sample values (and why), predictions."""
+    rid, notes = run.run_id, []
+    lacking = samples_caveat(run)
+    if lacking and not run.samples:
+        notes.append(f"run {rid}: {lacking}: "
+                     + (f"its predictions only ({sink.predictions_file}), nothing in {sink.samples_file}"
+                        if predictions else "no lines"))
+    elif lacking:
+        notes.append(f"run {rid}: {lacking}: no lines for them")
+    if not predictions:
+        notes.append(f"run {rid}: no predictions (run without --log-samples): nothing in {sink.predictions_file} "
+                     "for it")
+    return notes
+
+
+def _value_texts(values: Any) -> list[str]:
+    """Each sample's value as JSON text, fast for the usual shapes: (n,) numbers, (n, k) rows; NaN and
+    infinities as null (a store shiftbench wrote holds none: :func:`check_samples` refuses them first)."""
+    array = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(array).all() or array.ndim > 2:
+        return [_dumps(_finite(v), compact=True) for v in array.tolist()]
+    if array.ndim == 1:
+        return [repr(v) for v in array.tolist()]  # float repr is JSON's text of a finite float (json.dumps uses it)
+    return ["[" + ",".join([repr(v) for v in row]) + "]" for row in array.tolist()]
+
+
+class _JsonlSink:
+    """samples.jsonl and predictions.jsonl written as they come; conditions.jsonl at the end."""
+
+    samples_file, predictions_file = SAMPLES_FILE, PREDICTIONS_FILE
+
+    def __init__(self, stage: Path, conditions: _Conditions) -> None:
+        self.stage = stage
+        self._ids: tuple[list[str] | None, list[str]] = (None, [])  # the last ids and their JSON: conditions share them
+
+    def __enter__(self) -> _JsonlSink:
+        with contextlib.ExitStack() as stack:
+            self.samples_fh = stack.enter_context(self._open(SAMPLES_FILE))
+            self.predictions_fh = stack.enter_context(self._open(PREDICTIONS_FILE))
+            self._files = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._files.close()
+
+    def _open(self, name: str) -> Any:
+        return open(self.stage / name, "w", encoding="utf-8", newline="\n")
+
+    def samples(self, number: int, s: Samples) -> None:
+        ids = [str(i) for i in s.ids]
+        if ids != self._ids[0]:
+            self._ids = ids, [_dumps(i) for i in ids]
+        head = f'{{"condition":{number},"metric":{_dumps(s.metric)},"kind":{_dumps(s.kind)},"sample_id":'
+        self.samples_fh.write("".join([f'{head}{i},"value":{v}}}\n'
+                                       for i, v in zip(self._ids[1], _value_texts(s.values))]))
+
+    def prediction(self, number: int, sample_id: str, prediction: Any) -> None:
+        correct = prediction.get("correct") if isinstance(prediction, dict) else None
+        line = {"condition": number, "sample_id": sample_id, "prediction": _finite(prediction),
+                **({"correct": correct} if isinstance(correct, bool) else {})}
+        self.predictions_fh.write(_dumps(line, compact=True) + "\n")
+
+    def finish(self, conditions: list[dict[str, Any]]) -> list[str]:
+        with self._open(CONDITIONS_FILE) as fh:
+            for record in conditions:
+                fh.write(_dumps(record, compact=True) + "\n")
+        return [CONDITIONS_FILE, SAMPLES_FILE, PREDICTIONS_FILE]
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.parquet (the ``stream`` extra), imported only by the Parquet export."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ShiftbenchError(f"export --format parquet needs pyarrow: {install_command('stream')}") from None
+    return pa, pq
+
+
+class _ParquetSink:
+    """samples.parquet and predictions.parquet, a row group written whenever ``ROW_GROUP_ROWS`` rows are
+    gathered (whole conditions: a row group never splits one), with fixed writer settings: the same store gives
+    the same bytes (pyarrow writes no timestamp; ``created_by`` names its version)."""
+
+    samples_file, predictions_file = SAMPLES_PARQUET, PREDICTIONS_PARQUET
+    _DICTIONARY = ("run", "model", "dataset", "shift", "params", "metric", "kind")
+
+    def __init__(self, stage: Path, conditions: _Conditions) -> None:
+        self.pa, self.pq = _pyarrow()
+        pa = self.pa
+        self.stage, self._records = stage, conditions.records  # grows as conditions are met
+        text = pa.dictionary(pa.int32(), pa.string())
+        condition = [("condition", pa.int32()), ("run", text), ("model", text), ("dataset", text), ("shift", text),
+                     ("params", text), ("severity", pa.float64())]
+        self.samples_schema = self._schema(condition + [("metric", text), ("kind", text), ("sample_id", pa.string()),
+                                                        ("value", pa.float64()), ("values", pa.list_(pa.float64()))],
+                                           "samples")
+        self.predictions_schema = self._schema(condition + [("sample_id", pa.string()), ("prediction", pa.string()),
+                                                            ("correct", pa.bool_())], "predictions")
+        self._samples: list[tuple[int, Samples]] = []
+        self._predictions: list[tuple[int, str, str, bool | None]] = []
+        self._rows = 0
+
+    def _schema(self, columns: list[tuple[str, Any]], table: str) -> Any:
+        meta = {"format": SAMPLES_FORMAT, "format_version": SAMPLES_FORMAT_VERSION, "table": table}
+        return self.pa.schema(columns, metadata={b"shiftbench": json.dumps(meta, sort_keys=True).encode()})
+
+    def _writer(self, name: str, schema: Any) -> Any:
+        dictionary = [c for c in schema.names if c in self._DICTIONARY or c == "severity"]
+        return self.pq.ParquetWriter(self.stage / name, schema, compression="zstd", compression_level=3,
+                                     use_dictionary=dictionary, write_statistics=False, version="2.6")
+
+    def __enter__(self) -> _ParquetSink:
+        with contextlib.ExitStack() as stack:
+            self.samples_writer = stack.enter_context(self._writer(SAMPLES_PARQUET, self.samples_schema))
+            self.predictions_writer = stack.enter_context(self._writer(PREDICTIONS_PARQUET, self.predictions_schema))
+            self._files = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._files.close()
+
+    def samples(self, number: int, s: Samples) -> None:
+        self._samples.append((number, s))
+        self._rows += len(s.ids)
+        if self._rows >= ROW_GROUP_ROWS:
+            self._flush_samples()
+
+    def prediction(self, number: int, sample_id: str, prediction: Any) -> None:
+        correct = prediction.get("correct") if isinstance(prediction, dict) else None
+        self._predictions.append((number, sample_id, _dumps(_finite(prediction), compact=True),
+                                  correct if isinstance(correct, bool) else None))
+        if len(self._predictions) >= ROW_GROUP_ROWS:
+            self._flush_predictions()
+
+    def _condition_columns(self, numbers: list[int], lengths: Any, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The condition columns of pieces of ``lengths`` rows each: dictionary-encoded, values in first-seen order."""
+        pa = self.pa
+        out = {"condition": pa.array(np.repeat(np.asarray(numbers, dtype=np.int32), lengths), pa.int32())}
+        for name in ("run", "model", "dataset", "shift", "params"):
+            texts = [_dumps(r[name], compact=True) if name == "params" else r[name] for r in records]
+            out[name] = _dictionary_column(pa, texts, lengths)
+        out["severity"] = pa.array(np.repeat(np.asarray([float(r["severity"]) for r in records]), lengths))
+        return out
+
+    def _flush_samples(self) -> None:
+        if not self._samples:
+            return
+        pa = self.pa
+        pieces, self._samples, self._rows = self._samples, [], 0
+        lengths = np.asarray([len(s.ids) for _, s in pieces], dtype=np.int64)
+        columns = self._condition_columns([n for n, _ in pieces], lengths, [self._records[n] for n, _ in pieces])
+        columns["metric"] = _dictionary_column(pa, [s.metric for _, s in pieces], lengths)
+        columns["kind"] = _dictionary_column(pa, [s.kind for _, s in pieces], lengths)
+        columns["sample_id"] = pa.array([str(i) for _, s in pieces for i in s.ids], pa.string())
+        columns["value"], columns["values"] = _value_columns(pa, [s.values for _, s in pieces])
+        if lengths.sum():  # records of no sample (every sample skipped) are no rows: no empty row group
+            self.samples_writer.write_table(pa.table(columns, schema=self.samples_schema),
+                                            row_group_size=int(lengths.sum()))
+
+    def _flush_predictions(self) -> None:
+        if not self._predictions:
+            return
+        pa = self.pa
+        rows, self._predictions = self._predictions, []
+        ones = np.ones(len(rows), dtype=np.int64)
+        columns = self._condition_columns([r[0] for r in rows], ones, [self._records[r[0]] for r in rows])
+        columns["sample_id"] = pa.array([r[1] for r in rows], pa.string())
+        columns["prediction"] = pa.array([r[2] for r in rows], pa.string())
+        columns["correct"] = pa.array([r[3] for r in rows], pa.bool_())
+        self.predictions_writer.write_table(pa.table(columns, schema=self.predictions_schema),
+                                            row_group_size=len(rows))
+
+    def finish(self, conditions: list[dict[str, Any]]) -> list[str]:
+        self._flush_samples()
+        self._flush_predictions()
+        return [SAMPLES_PARQUET, PREDICTIONS_PARQUET]
+
+
+def _dictionary_column(pa: Any, texts: list[str], lengths: Any) -> Any:
+    """``texts[i]`` repeated ``lengths[i]`` times, as an Arrow dictionary array (dictionary in first-seen order)."""
+    index: dict[str, int] = {}
+    codes = [index.setdefault(t, len(index)) for t in texts]
+    return pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.asarray(codes, dtype=np.int32), lengths), pa.int32()),
+                                          pa.array(list(index), pa.string()))
+
+
+def _value_columns(pa: Any, pieces: list[Any]) -> tuple[Any, Any]:
+    """``value`` (float64: kinds with one number per sample) and ``values`` (list<float64>: kinds with several,
+    each sample's numbers in row-major order), the other one null; NaN and infinities as null."""
+    flat, offsets, scalar = [], [np.zeros(1, dtype=np.int64)], []
+    end = 0
+    for values in pieces:
+        array = np.asarray(values, dtype=np.float64)
+        n = len(array)
+        if array.ndim == 1:
+            flat.append(np.full(0, np.nan))
+            offsets.append(np.full(n, end, dtype=np.int64))
+            scalar.append((array, np.ones(n, dtype=bool)))
+        else:
+            rows = array.reshape(n, int(np.prod(array.shape[1:])))  # (0, 2) too: no -1 for an empty one
+            flat.append(rows.ravel())
+            offsets.append(end + rows.shape[1] * np.arange(1, n + 1, dtype=np.int64))
+            end += rows.size
+            scalar.append((np.full(n, np.nan), np.zeros(n, dtype=bool)))
+    value = np.concatenate([v for v, _ in scalar]) if scalar else np.zeros(0)
+    one = np.concatenate([m for _, m in scalar]) if scalar else np.zeros(0, dtype=bool)
+    child = np.concatenate(flat) if flat else np.zeros(0)
+    list_offsets = np.concatenate(offsets).astype(np.int32)
+    value_column = pa.array(value, pa.float64(), mask=~(one & np.isfinite(value)))
+    child_column = pa.array(child, pa.float64(), mask=~np.isfinite(child))
+    values_column = pa.ListArray.from_arrays(pa.array(list_offsets, pa.int32()), child_column,
+                                             type=pa.list_(pa.float64()), mask=pa.array(one, pa.bool_()))
+    return value_column, values_column
+
+
+_write_jsonl = _streamed(_JsonlSink)
+_write_parquet = _streamed(_ParquetSink)
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -563,7 +851,8 @@ def _csv(columns: list[tuple[str, int]], table: list[tuple[str, list[float | Non
     return buffer.getvalue()
 
 
-WRITERS = {"robustbench": _write_robustbench, "jsonl": _write_jsonl, "results": _write_results}
+WRITERS = {"robustbench": _write_robustbench, "results": _write_results}
+STREAMED = {"jsonl": _write_jsonl, "parquet": _write_parquet}  # (stage, runs, store, progress): read as written
 
 
 # -- publishing ------------------------------------------------------------------------------------------

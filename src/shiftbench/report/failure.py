@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..metrics.failure import failure_point
+from ..metrics.failure import failure_points
 from ..registry import SHIFTS, shift_info
 from ..results.records import Fields, Samples
 from ..results.store import params_key
@@ -93,6 +93,9 @@ def _scores(values: Any) -> np.ndarray | None:
     return x if x.ndim == 1 and np.all(np.isfinite(x)) and (x.size == 0 or (x.min() >= 0 and x.max() <= 1)) else None
 
 
+_BATCH_CELLS = 4_000_000  # the scores of the curves computed together (32 MB of float64)
+
+
 def failure_entries(samples: Sequence[Samples], metric: str, fraction: float = FRACTION,
                     seed: int = 0) -> list[FailureEntry]:
     """One :class:`FailureEntry` per (model, shift, params) with a curve, ranked by scale (``SCALES``' order), then crossed first, earliest point first, then the
@@ -109,13 +112,11 @@ def failure_entries(samples: Sequence[Samples], metric: str, fraction: float = F
         scale = scales.setdefault((model, shift, pk), severity_scale(shift, s.params))
         if severity > 0 or (scale == "level" and severity == 0):  # a level 0 is measured; a severity 0 is clean
             curves.setdefault((model, shift, pk), []).append(severity)
-    entries = []
-    for (model, shift, pk), severities in sorted(curves.items()):
+    def curve(model: str, shift: str, pk: str, severities: list) -> tuple | None:
+        """One curve's (severities, clean scores, shifted scores (k, n), from clean), or None without one."""
         clean = per.get((model, CLEAN, params_key({}), 0))
-        severities = sorted(severities)  # numerically: 1, 1.5, 2, ...
-        scale = scales[(model, shift, pk)]
         if clean is None or len(severities) < 2:
-            continue
+            return None
         clean_values = _scores(clean.values)
         ids = list(clean.ids)
         rows = []
@@ -123,17 +124,41 @@ def failure_entries(samples: Sequence[Samples], metric: str, fraction: float = F
             s = per[(model, shift, pk, sev)]
             values = _scores(s.values)
             if values is None or len(values) != len(s.ids):
-                break  # not per-image scores in [0, 1]: no failure point
+                return None  # not per-image scores in [0, 1]: no failure point
+            if s.ids is clean.ids or s.ids == ids:  # the same images in the same order (one shared list when loaded)
+                rows.append(values)
+                continue
             by_id = dict(zip(s.ids, values))
             if set(by_id) != set(ids):  # another image set (a skipped sample): no paired curve
-                break
+                return None
             rows.append([by_id[i] for i in ids])
-        if clean_values is None or len(rows) != len(severities) or len(ids) < 2:
+        if clean_values is None or len(ids) < 2:
+            return None
+        return severities, clean_values, np.asarray(rows), scales[(model, shift, pk)] != "level"
+
+    entries, batch, cells = [], [], 0
+
+    def flush() -> None:
+        # one draw for the curves of a batch over the same images (each point is the curve's own failure_point);
+        # batches of at most _BATCH_CELLS scores, so an ImageNet-sized run never holds every curve at once
+        nonlocal batch, cells
+        if batch:
+            points = failure_points([c for _, c in batch], fraction, seed=seed)
+            entries.extend(FailureEntry(*fields, point) for (fields, _), point in zip(batch, points))
+        batch, cells = [], 0
+
+    for (model, shift, pk), severities in sorted(curves.items()):
+        severities = sorted(severities)  # numerically: 1, 1.5, 2, ...
+        found = curve(model, shift, pk, severities)
+        if found is None:
             continue
-        point = failure_point(severities, clean_values, np.asarray(rows), fraction, seed=seed,
-                              from_clean=scale != "level")
-        entries.append(FailureEntry(model, shift, per[(model, shift, pk, severities[0])].params, severities, scale,
-                                    shift_info(shift).family, point))
+        size = found[2].size + found[1].size
+        if batch and (cells + size > _BATCH_CELLS or batch[0][1][1].size != found[1].size):
+            flush()
+        batch.append(((model, shift, per[(model, shift, pk, severities[0])].params, severities,
+                       scales[(model, shift, pk)], shift_info(shift).family), found))
+        cells += size
+    flush()
     order = list(SCALES)
     return sorted(entries, key=lambda e: (order.index(e.scale), not e.point.crossed,
                                           e.point.severity if e.point.crossed else -e.point.p_crossed, e.model, e.shift))

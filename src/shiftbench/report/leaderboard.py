@@ -38,7 +38,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..console import plural
 from ..errors import ShiftbenchError
@@ -117,13 +117,16 @@ def _profile(run: Run, rows: list[Row], metric: str) -> dict[str, Any]:
             "curate": spec.get("curate") or None, "seed": run.seed}
 
 
-def _read(stores: Sequence[str | os.PathLike]) -> tuple[list[_Run], list[str]]:
+def _read(stores: Sequence[str | os.PathLike],
+          tell: Callable[[int, str], None] | None = None) -> tuple[list[_Run], list[str]]:
     """Every finished run with results in ``stores`` (in the order given, each store's runs by start), and one
-    line for each run left out."""
+    line for each run left out; ``tell(k, store)`` before the k-th store is read."""
     runs: list[_Run] = []
     left: list[str] = []
     seen: set[Path] = set()
-    for store in stores:
+    for k, store in enumerate(stores):
+        if tell is not None:
+            tell(k, str(store))
         real = Path(store).resolve()
         if real in seen:
             continue
@@ -445,26 +448,33 @@ def _cell_view(cell: HeadCell, n: int | None) -> dict[str, Any]:
             "sort": "" if value is None else "Infinity" if math.isinf(value) else repr(value)}
 
 
-def leaderboard(stores: Sequence[str | os.PathLike], by: str | None = None) -> dict[str, Any]:
+def leaderboard(stores: Sequence[str | os.PathLike], by: str | None = None,
+                progress: Callable[[float, float, str], None] | None = None) -> dict[str, Any]:
     """The leaderboard of ``stores``: ``{"by", "tables": [table], "left_out": [line], "stores"}``, each table
     ``{"index", "title", "metric", "differs", "head": [column], "rows": [row], "note", "sources", "also",
     "by"}``, each row ``{"rank", "tie", "model", "weights", "n", "run", "cells": [cell]}`` with the
     headline's cells (``text``, ``ci``, ``title``, ``cls``, ``n``); ``by``: a column key (:func:`column_key`),
     default ``clean``. Raises ShiftbenchError for a store that is missing or damaged or holds no run, for no
-    finished run at all, and for a ``by`` no table has (naming the columns there are)."""
+    finished run at all, and for a ``by`` no table has (naming the columns there are). ``progress(done, total,
+    label)`` is told of each store read and each table built (the CLI's bar: console.Steps)."""
     if not stores:
         raise ShiftbenchError("leaderboard: give at least one store")
-    runs, left = _read(stores)
+    tell = progress or (lambda done, total, label: None)
+    tell(0, len(stores) + 1, "reading")
+    runs, left = _read(stores, lambda k, label: tell(k, len(stores) + 1, label))
     if not runs:
         raise ShiftbenchError("leaderboard: no finished run with results in " + ", ".join(map(str, stores))
                               + (" (" + "; ".join(left) + ")" if left else ""))
     built = []
-    for group in _group(runs):
+    groups = _group(runs)
+    for k, group in enumerate(groups):
+        tell(len(stores) + k, len(stores) + len(groups), f"table {k + 1}")
         table = _Table(group)
         if table.head is None:
             left.append(f"{group.runs[0].where}: no headline: left out")
             continue
         built.append((group, table, _columns(table)))
+    tell(len(stores) + len(groups), len(stores) + len(groups), "done")
     if not built:
         raise ShiftbenchError("leaderboard: no run with a headline metric (" + "; ".join(left) + ")")
     keys = {c["key"] for _, _, columns in built for c in columns}

@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -52,33 +53,54 @@ NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the
 NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top-1, top-5) of one condition "
               "with one other, the paired bootstrap (1000 resamples) elsewhere")
 
-_CACHE_DRAWS = 8  # draws kept: one row's value and change draws, a few times over
-_CACHE_CELLS = 4_000_000  # a draw larger than this (n ids x resamples) is not kept
+_MEMO_VECTORS = 8192  # resampled statistics of whole conditions kept (n_boot floats each: 64 MB at 1000)
+_BLOCK_CELLS = 262_144  # draw counts handed to the statistics this many cells at a time (2 MB: stays in cache)
 
 
 @dataclass
 class _Entry:
-    """One (model, metric, condition)'s per-sample values, indexed by sample id."""
+    """One (model, metric, condition)'s per-sample values; ``pos``: where its ids sit in the run's id index
+    (one array shared by every entry with the same id list), ``ids`` the list itself."""
 
     kind: str
     ids: list[str]
     values: np.ndarray
-    row: dict[str, int]
-    stat: SampleStatistic | None = None  # prepared on first use
+    pos: np.ndarray
+    key: tuple[str, str, Severity]  # (shift, params key, severity): the condition
+    point: float | None = None  # the statistic over all its ids, once computed
+
+    def prepared(self, rows: np.ndarray | None = None) -> SampleStatistic:
+        """The statistic ready for weights (made when needed and not kept: at ImageNet size a prepared
+        statistic of every condition would not fit in memory, the values themselves do)."""
+        return SampleStatistic(self.kind, self.values if rows is None else self.values[rows])
+
+    def rows_at(self, positions: np.ndarray) -> np.ndarray:
+        """The rows of this entry holding the ids at run ``positions`` (all of them present)."""
+        if positions is self.pos:
+            return np.arange(self.pos.size)
+        order = np.argsort(self.pos, kind="stable")
+        return order[np.searchsorted(self.pos[order], positions)]
 
 
 @dataclass
 class _Term:
-    """``coef`` x the statistic of ``entry`` over its ids that are also in ``allowed`` (None: all)."""
+    """``coef`` x the statistic of ``entry`` over its ids that are also in ``allowed`` (a mask over the run's
+    id index; None: all)."""
 
     coef: float
     entry: _Entry
-    allowed: set[str] | None = None
+    allowed: np.ndarray | None = None
 
-    def ids(self) -> list[str]:
-        if self.allowed is None or self.allowed.issuperset(self.entry.ids):
-            return self.entry.ids  # the same list: the entry's prepared statistic is reused
-        return [i for i in self.entry.ids if i in self.allowed]
+    def positions(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The run positions of the ids the term uses (the entry's own array when it uses them all), and the
+        entry's rows of them (None: all rows)."""
+        pos = self.entry.pos
+        if self.allowed is None:
+            return pos, None
+        keep = self.allowed[pos]
+        if keep.all():
+            return pos, None  # the same array: the entry's kept resamples are reused
+        return pos[keep], np.flatnonzero(keep)
 
 
 class Uncertainty:
@@ -95,27 +117,59 @@ class Uncertainty:
         self._datasets: dict[tuple[str, str, str, str, Severity], str] = {}
         self._ambiguous: set[tuple[str, str, str, str, Severity]] = set()
         self._pairs: set[tuple[str, str]] = set()
-        self._cache: dict[tuple[int, int], _Draw] = {}
-        self._ones: dict[int, _Draw] = {}
+        self._by_condition: dict[tuple[str, str, Severity], list[_Entry]] = {}
+        self._index: dict[str, int] = {}  # the run's sample ids -> position (one array of positions per id list)
+        self._lists: dict[int, tuple[list[str], np.ndarray]] = {}  # id(list) -> (the list, its positions)
+        self._alike: dict[tuple, list[tuple[list[str], np.ndarray]]] = {}  # equal lists that are other objects
+        self._draws: OrderedDict[tuple[int, int], dict[int, tuple[SampleStatistic, np.ndarray]]] = OrderedDict()
+        self._kept = 0  # resampled statistics held in the draws' memos
         for s in samples:
             key = (s["model"], s["metric"], s["shift"], params_key(s.get("params") or {}), canonical(s["severity"]))
             where = (f"{s['model']} / {s['metric']} / {condition_label(s['shift'], s.get('params') or {})} "
                      f"s{severity_label(s['severity'])}")
-            ids = [str(i) for i in s["ids"]]
-            values = np.asarray(s["values"], dtype=np.float64)
+            ids = s["ids"] if isinstance(s["ids"], list) else list(s["ids"])
+            values = np.asarray(s["values"])
             if values.shape[:1] != (len(ids),):
                 raise ShiftbenchError(f"per-sample values of {where}: {len(ids)} ids but values of shape {values.shape}")
-            row = {i: k for k, i in enumerate(ids)}
-            if len(row) != len(ids):
-                raise ShiftbenchError(f"per-sample values of {where}: sample ids repeat")
+            pos = self._positions(ids, where)
             if ids:
                 SampleStatistic(s["kind"], values[:1])  # the kind and the values' shape, checked up front
             if key in self._entries and self._datasets[key] != s.get("dataset"):
                 # two datasets under one condition: the tables average them, ids need not pair; no interval
                 self._ambiguous.add(key)
-            self._entries[key] = _Entry(str(s["kind"]), ids, values, row)
+            entry = _Entry(str(s["kind"]), ids, values, pos, key[2:])
+            self._entries[key] = entry
+            self._by_condition.setdefault(key[2:], []).append(entry)
             self._datasets[key] = s.get("dataset")
             self._pairs.add((s["model"], s["metric"]))
+
+    def _positions(self, ids: list[str], where: str) -> np.ndarray:
+        """The run positions of an id list: computed once per distinct list (the loader shares one list object
+        between the conditions that scored the same samples; an equal list given as another object is found
+        by its length and ends, then compared whole), the repeat check with it."""
+        known = self._lists.get(id(ids))
+        if known is not None and known[0] is ids:
+            return known[1]
+        sig = (len(ids), ids[0], ids[-1]) if ids else (0,)
+        for other, pos in self._alike.get(sig, []):
+            if other == ids:
+                self._lists[id(ids)] = (ids, pos)
+                return pos
+        texts = [str(i) for i in ids]
+        if len(set(texts)) != len(texts):
+            raise ShiftbenchError(f"per-sample values of {where}: sample ids repeat")
+        index = self._index
+        pos = np.fromiter((index.setdefault(i, len(index)) for i in texts), np.int64, len(texts))
+        self._lists[id(ids)] = (ids, pos)
+        self._alike.setdefault(sig, []).append((ids, pos))
+        return pos
+
+    def _mask(self, entries: Iterable[_Entry]) -> np.ndarray:
+        """The run's id index as a mask: True at the ids any of ``entries`` has."""
+        mask = np.zeros(len(self._index), bool)
+        for e in entries:
+            mask[e.pos] = True
+        return mask
 
     # -- queries ---------------------------------------------------------------------------------------
 
@@ -140,8 +194,8 @@ class Uncertainty:
         if not conds or any(e is None for e in ea + eb):
             return None
         k = len(conds)
-        terms = [_Term(1.0 / k, b, set(a.ids)) for a, b in zip(ea, eb)]
-        terms += [_Term(-1.0 / k, a, set(b.ids)) for a, b in zip(ea, eb)]
+        terms = [_Term(1.0 / k, b, self._mask([a])) for a, b in zip(ea, eb)]
+        terms += [_Term(-1.0 / k, a, self._mask([b])) for a, b in zip(ea, eb)]
         res = self._bootstrap(conds, terms)
         if res is None:
             return None
@@ -163,8 +217,8 @@ class Uncertainty:
             return None
         terms = []
         for m in models:
-            ids_p = set.intersection(*(set(e.ids) for e in ep[m]))
-            ids_m = set.intersection(*(set(e.ids) for e in em[m]))
+            ids_p = np.logical_and.reduce([self._mask([e]) for e in ep[m]])
+            ids_m = np.logical_and.reduce([self._mask([e]) for e in em[m]])
             terms += [_Term(1.0 / (len(models) * len(cp)), e, ids_m) for e in ep[m]]
             terms += [_Term(-1.0 / (len(models) * len(cm)), e, ids_p) for e in em[m]]
         res = self._bootstrap(_canonical(cp + cm), terms)
@@ -174,10 +228,13 @@ class Uncertainty:
         pair = (em[models[0]][0], ep[models[0]][0]) if len(models) == 1 and len(cp) == 1 and len(cm) == 1 else None
         return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, pair))}
 
-    def annotate(self, table: Table) -> None:
+    def annotate(self, table: Table, step: Callable[[str], None] | None = None) -> None:
         """Fill low/high (and, off clean, delta_low/delta_high/p_value/noise) of every cell of ``table``
-        whose conditions all have per-sample values; the mean column resamples ids jointly across models."""
+        whose conditions all have per-sample values; the mean column resamples ids jointly across models.
+        ``step(row label)`` is called once per row when done (a progress bar's tick)."""
         for label in table.rows:
+            if step is not None:
+                step(label)
             conds = row_conditions(table, label)
             if not conds:
                 continue
@@ -220,7 +277,7 @@ class Uncertainty:
         interval = percentile_interval(boots, self.level)
         out: dict[str, Any] = {"value": value, "low": interval[0] if interval else None,
                                "high": interval[1] if interval else None,
-                               "n": max(len(e.ids) for es in entries.values() for e in es),
+                               "n": max(e.pos.size for es in entries.values() for e in es),
                                "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None,
                                "test": None}
         is_clean = all(c.shift == CLEAN for c in conds)
@@ -232,8 +289,8 @@ class Uncertainty:
             return out
         delta_terms = []
         for m in with_clean:
-            shifted_ids = {i for e in entries[m] for i in e.ids}
-            clean_ids = set(cleans[m].ids)
+            shifted_ids = self._mask(entries[m])
+            clean_ids = self._mask([cleans[m]])
             # per model, only the ids it has both clean and under the condition(s) pair up
             delta_terms += [_Term(1.0 / (len(with_clean) * len(conds)), e, clean_ids) for e in entries[m]]
             delta_terms.append(_Term(-1.0 / len(with_clean), cleans[m], shifted_ids))
@@ -261,63 +318,107 @@ class Uncertainty:
         """Exact McNemar test of b against a, two right/wrong conditions on their shared ids (top-1/top-5 only)."""
         if metric not in MCNEMAR_METRICS or a.kind != "mean" or b.kind != "mean":
             return None
-        shared = [i for i in a.ids if i in b.row]
-        if not shared:
+        if a.pos is b.pos:
+            x, y = a.values, b.values
+        else:
+            shared = self._mask([b])[a.pos]
+            x, y = a.values[shared], b.values[b.rows_at(a.pos[shared])]
+        if not len(x):
             return None
-        x = a.values[[a.row[i] for i in shared]]
-        y = b.values[[b.row[i] for i in shared]]
         if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
             return None
         return mcnemar_test(x, y, self.level)
 
     def _bootstrap(self, conds: list[Condition], terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
         """Point estimate, ``n_boot`` resampled values and the number of ids of ``sum(coef x statistic)``,
-        all terms resampled with the same draw of ids (the union of the ids the terms use)."""
-        universe: dict[str, int] = {}
-        plans = []
-        for term in terms:
-            ids = term.ids()
-            if not ids:
-                return None  # nothing pairs up (no shared ids): no interval rather than a made-up one
-            for i in ids:
-                universe.setdefault(i, len(universe))
-            if ids is term.entry.ids:  # the whole condition: prepared once per entry
-                if term.entry.stat is None:
-                    term.entry.stat = SampleStatistic(term.entry.kind, term.entry.values)
-                stat = term.entry.stat
-            else:
-                stat = SampleStatistic(term.entry.kind, term.entry.values[[term.entry.row[i] for i in ids]])
-            plans.append((term.coef, stat, np.fromiter((universe[i] for i in ids), np.int64, len(ids))))
-        n = len(universe)
-        plans = [(coef, stat, None if cols.size == n and np.array_equal(cols, np.arange(n)) else cols)
-                 for coef, stat, cols in plans]
-        ones = self._ones.get(n)
-        if ones is None:
-            # the point estimate is the statistic under all-ones weights: kept per n like a draw
-            ones = self._ones[n] = _Draw([np.ones((1, n), np.float64)], {})
-        point = float(_combine(plans, ones.chunks, ones.memo)[0])
-        draw = self._draw(conds, n)
-        return point, _combine(plans, draw.chunks, draw.memo), n
+        all terms resampled with the same draw of ids (the union of the ids the terms use, in first-seen order)."""
+        used = [term.positions() for term in terms]
+        if any(pos.size == 0 for pos, _ in used):
+            return None  # nothing pairs up (no shared ids): no interval rather than a made-up one
+        first = used[0][0]
+        if all(pos is first for pos, _ in used):
+            universe, cols = first, [None] * len(used)  # every term on the same ids: the common case
+        else:
+            joined = np.concatenate([pos for pos, _ in used])
+            _, seen = np.unique(joined, return_index=True)
+            universe = joined[np.sort(seen)]
+            where = np.full(len(self._index), -1, np.int64)
+            where[universe] = np.arange(universe.size)
+            cols = []
+            for pos, _ in used:
+                c = where[pos]
+                cols.append(None if c.size == universe.size and np.array_equal(c, np.arange(c.size)) else c)
+        n = int(universe.size)
+        plans = [(term.coef, term.entry, rows, col) for term, (_, rows), col in zip(terms, used, cols)]
+        point = float(_signed_sum([(coef, np.array([self._point(entry, rows, col, n)]))
+                                   for coef, entry, rows, col in plans])[0])
+        # whole conditions on the same ids, every model and metric of the row's conditions and of clean: resampled
+        # in the same pass over the draw, for the other cells of the row (its mean column, its change, the
+        # table of the other metric) to read rather than draw again
+        around = [e for c in conds + [Condition("", "", CLEAN, {}, 0)]
+                  for e in self._by_condition.get((c.shift, c.params_key, canonical(c.severity)), ())
+                  if e.pos is universe]
+        boots = self._resampled(self._row_seed(conds), n, plans, around)
+        return point, _signed_sum([(coef, b) for (coef, _, _, _), b in zip(plans, boots)]), n
 
-    def _draw(self, conds: list[Condition], n: int) -> _Draw:
-        """The resampled ids of one row (its conditions) over n ids. The draw depends on neither the model,
-        the metric nor what is computed: every model of a row, its change against clean and the mean column
-        see the same resampled ids (the joint resample), and adding a model changes no one else's draw.
-        The last few draws that fit in one chunk are kept with the statistics computed on them, since a
-        table asks for the same row once per model, once for the mean and once more for the change."""
-        key = (self._row_seed(conds), n)
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached
-        rng = np.random.Generator(np.random.PCG64(key[0]))
-        chunks = resample_counts(n, self.n_boot, rng)
-        if n * self.n_boot > _CACHE_CELLS:
-            return _Draw(chunks, None)  # drawn chunk by chunk as used, never all held
-        draw = _Draw(list(chunks), {})
-        self._cache[key] = draw
-        while len(self._cache) > _CACHE_DRAWS:
-            self._cache.pop(next(iter(self._cache)))
-        return draw
+    @staticmethod
+    def _point(entry: _Entry, rows: np.ndarray | None, col: np.ndarray | None, n: int) -> float:
+        """A term's statistic over its ids (all-ones weights); a whole condition's is kept on its entry."""
+        if rows is None and entry.point is not None:
+            return entry.point
+        ones = np.ones((1, n), np.float64)
+        value = float(entry.prepared(rows)(ones if col is None else ones[:, col])[0])
+        if rows is None:
+            entry.point = value
+        return value
+
+    def _resampled(self, seed: int, n: int, plans: list[tuple[float, _Entry, np.ndarray | None, np.ndarray | None]],
+                   around: list[_Entry]) -> list[np.ndarray]:
+        """Each plan's statistic under the ``n_boot`` resamples of n ids drawn from ``seed`` (the row's draw: it
+        depends on neither the model, the metric nor what is computed, so every cell of a row sees the same
+        resampled ids, and adding a model changes no one else's draw). A whole condition's resampled statistic
+        is kept in the draw's memo; the draw is made again only for what the memo lacks, and then ``around``
+        is resampled in the same pass. The memos kept hold at most ``_MEMO_VECTORS`` statistics in all."""
+        key = (seed, n)
+        memo = self._draws.get(key)
+        if memo is None:
+            memo = self._draws[key] = {}
+        self._draws.move_to_end(key)
+        # (entry, its rows or None for all, the draw's columns or None for all); the subsets come first
+        todo = [(entry, rows, col) for _, entry, rows, col in plans if rows is not None or col is not None]
+        whole = {id(e): e for _, e, rows, col in plans if rows is None and col is None and id(e) not in memo}
+        if todo or whole:
+            for entry in around:
+                if id(entry) not in memo:
+                    whole.setdefault(id(entry), entry)
+            todo += [(entry, None, None) for entry in whole.values()]
+            stats = [entry.prepared(rows) for entry, rows, _ in todo]
+            parts: list[list[np.ndarray]] = [[] for _ in todo]
+            rng = np.random.Generator(np.random.PCG64(seed))
+            step = max(1, _BLOCK_CELLS // max(n, 1))
+            for counts in resample_counts(n, self.n_boot, rng):
+                for start in range(0, counts.shape[0], step):
+                    block = counts[start:start + step]  # a few resamples, held in cache while every statistic reads them
+                    for k, ((_, _, col), stat) in enumerate(zip(todo, stats)):
+                        parts[k].append(stat(block if col is None else block[:, col]))
+            fresh = [np.concatenate(p) for p in parts]
+            subsets = []
+            for (entry, rows, col), values in zip(todo, fresh):
+                if rows is None and col is None:
+                    if id(entry) not in memo:
+                        memo[id(entry)] = (entry, values)
+                        self._kept += 1
+                else:
+                    subsets.append(values)
+            # a plan on a subset of the ids is never kept: it gets what this pass computed, in plan order
+            subset = iter(subsets)
+            out = [memo[id(e)][1] if rows is None and col is None else next(subset) for _, e, rows, col in plans]
+        else:
+            out = [memo[id(e)][1] for _, e, _, _ in plans]
+        while self._kept > _MEMO_VECTORS and len(self._draws) > 1:
+            _, dropped = self._draws.popitem(last=False)
+            self._kept -= len(dropped)
+        return out
 
     def _row_seed(self, conds: list[Condition]) -> int:
         """A 128-bit seed from the run's seed and the row's conditions: stable across builds and platforms."""
@@ -326,41 +427,18 @@ class Uncertainty:
         return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:16], "little")
 
 
-@dataclass
-class _Draw:
-    """Draw counts of one row's resamples, in chunks, and (when kept) the statistics of whole conditions
-    already computed on them, by prepared statistic."""
-
-    chunks: Iterable[np.ndarray]
-    memo: dict[int, tuple[SampleStatistic, list[np.ndarray]]] | None
-
-
-def _combine(plans: list[tuple[float, SampleStatistic, np.ndarray | None]], chunks: Iterable[np.ndarray],
-             memo: dict[int, tuple[SampleStatistic, list[np.ndarray]]] | None) -> np.ndarray:
-    """sum(coef x statistic) under each resample. The positive and the negative terms are summed apart, in
-    the same order, and a difference within rounding of 0 is 0: identical conditions then give a change
-    of exactly 0 (and "within noise"), not +-1e-17 on either side."""
-    plus_parts, minus_parts = [], []
-    chunks = list(chunks) if memo is not None else chunks
-    for c, counts in enumerate(chunks):
-        plus = np.zeros(counts.shape[0], np.float64)
-        minus = np.zeros(counts.shape[0], np.float64)
-        for coef, stat, cols in plans:
-            if cols is None and memo is not None:
-                # a whole condition on a kept draw: computed once for every cell of the row that uses it
-                held = memo.setdefault(id(stat), (stat, []))[1]
-                if len(held) <= c:
-                    held.append(stat(counts))
-                values = held[c]
-            else:
-                values = stat(counts if cols is None else counts[:, cols])
-            if coef >= 0:
-                plus += coef * values
-            else:
-                minus += -coef * values
-        plus_parts.append(plus)
-        minus_parts.append(minus)
-    plus, minus = np.concatenate(plus_parts), np.concatenate(minus_parts)
+def _signed_sum(parts: list[tuple[float, np.ndarray]]) -> np.ndarray:
+    """sum(coef x values). The positive and the negative terms are summed apart, in the same order, and a
+    difference within rounding of 0 is 0: identical conditions then give a change of exactly 0 (and "within
+    noise"), not +-1e-17 on either side."""
+    size = parts[0][1].shape[0]
+    plus = np.zeros(size, np.float64)
+    minus = np.zeros(size, np.float64)
+    for coef, values in parts:
+        if coef >= 0:
+            plus += coef * values
+        else:
+            minus += -coef * values
     out = plus - minus
     with np.errstate(invalid="ignore"):
         out[np.abs(out) <= 1e-12 * (np.abs(plus) + np.abs(minus))] = 0.0

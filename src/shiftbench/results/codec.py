@@ -1,4 +1,5 @@
-"""The metric-state codec: a metric's state as JSON for the store's ``batches`` table, and back.
+"""The store's codecs: a metric's state as JSON for the ``batches`` table, and back; and the compact
+encoding of per-sample values and their id lists for the ``samples`` and ``sample_ids`` tables.
 
 Arrays keep their dtype and shape, non-finite floats, tuples, dicts with non-string keys and dataclasses
 are tagged, so a state read back equals the one written. A dataclass is named by ``"module:qualname"``
@@ -15,13 +16,18 @@ with the stored fields, nothing else is executed.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
+import zlib
 from typing import Any
 
 import numpy as np
 
 from ..errors import ShiftbenchError
 
-__all__ = ["encode_state", "decode_state"]
+__all__ = ["encode_state", "decode_state", "encode_ids", "decode_ids", "ids_digest", "pack_ids", "encode_values", "decode_values",
+           "narrowest"]
 
 
 def encode_state(value: Any) -> Any:
@@ -83,3 +89,76 @@ def decode_state(value: Any) -> Any:
             return cls(**{k: decode_state(v) for k, v in value["fields"].items()})
         return {k: decode_state(v) for k, v in value.items()}
     return value
+
+
+# -- per-sample values (the samples and sample_ids tables, schema 2) ----------------------------------
+_NPY_MAGIC = b"\x93NUMPY"  # schema 1's values: plain float64 .npy bytes; schema 2's are zlib streams of .npy
+
+
+def encode_ids(ids: Any) -> tuple[str, bytes]:
+    """A list of sample ids as (its digest, its JSON): every id a string, non-ASCII escaped (so any text, lone
+    surrogates included, round-trips), the text schema 1 stored; the digest is the SHA-256 of that JSON, so
+    equal lists share one stored copy (:func:`pack_ids` compresses it for the ``sample_ids`` table).
+
+    >>> digest, text = encode_ids(["a", "b"])
+    >>> text, decode_ids(pack_ids(text)), digest[:12]
+    (b'["a","b"]', ['a', 'b'], '0473ef2dc0d3')
+    """
+    text = json.dumps([str(i) for i in ids], separators=(",", ":")).encode("ascii")
+    return ids_digest(text), text
+
+
+def ids_digest(text: bytes) -> str:
+    """The key of an id list's JSON (:func:`encode_ids`) in the ``sample_ids`` table."""
+    return hashlib.sha256(text).hexdigest()
+
+
+def pack_ids(text: bytes) -> bytes:
+    """An id list's JSON as the ``sample_ids`` table stores it (zlib)."""
+    return zlib.compress(text, 9)
+
+
+def decode_ids(data: bytes | str) -> list[str]:
+    """The id list of :func:`pack_ids`'s bytes, or of schema 1's JSON text (stored in ``samples.ids``)."""
+    text = data if isinstance(data, str) else zlib.decompress(data)
+    ids = json.loads(text)
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError("sample ids are not a list of strings")
+    return ids
+
+
+def narrowest(values: Any) -> np.ndarray:
+    """``values`` (as float64) in the narrowest dtype that gives back every float64 bit for bit: uint8 when
+    they are all whole numbers 0..255 (0/1 correctness), else float32 when each survives the float32 round
+    trip, else float64. -0.0 and NaN payloads count: a value is narrowed only when its bits come back.
+
+    >>> narrowest([0.0, 1.0, 1.0]).dtype, narrowest([0.5, 0.25]).dtype, narrowest([0.1]).dtype
+    (dtype('uint8'), dtype('float32'), dtype('float64'))
+    """
+    wide = np.ascontiguousarray(values, dtype=np.float64)
+    bits = wide.view(np.uint64)
+    for dtype in (np.uint8, np.float32):
+        with np.errstate(invalid="ignore", over="ignore"):
+            narrow = wide.astype(dtype)
+            back = narrow.astype(np.float64)
+        if np.array_equal(back.view(np.uint64), bits):
+            return narrow
+    return wide
+
+
+def encode_values(values: Any) -> bytes:
+    """Per-sample values as stored (schema 2): :func:`narrowest` of them as ``.npy`` bytes (no pickles),
+    zlib-compressed. Lossless: :func:`decode_values` gives back the float64 values bit for bit."""
+    buffer = io.BytesIO()
+    np.save(buffer, narrowest(values), allow_pickle=False)
+    return zlib.compress(buffer.getvalue(), 6)
+
+
+def decode_values(data: bytes, dtype: Any = np.float64) -> np.ndarray:
+    """The values of :func:`encode_values`'s bytes, or of schema 1's float64 ``.npy`` bytes, as ``dtype``
+    (float64, what was written; None: the stored dtype, uint8 / float32 / float64, read without a copy)."""
+    raw = data if data[:len(_NPY_MAGIC)] == _NPY_MAGIC else zlib.decompress(data)
+    array = np.load(io.BytesIO(raw), allow_pickle=False)
+    if array.dtype not in (np.uint8, np.float32, np.float64):
+        raise ValueError(f"per-sample values of dtype {array.dtype}")
+    return array if dtype is None else array.astype(dtype, copy=False)

@@ -5,6 +5,26 @@ SQLite's failures into one StoreError naming the store and the reason.
 Every write is one transaction (``BEGIN IMMEDIATE`` in WAL mode), taken so concurrent writers queue instead
 of deadlocking; ``busy_timeout`` makes them wait their turn. The records themselves (runs, conditions,
 results, ...) are :class:`.store.Store`'s.
+
+Schema versions (the ``shiftbench_schema`` row of ``meta``):
+
+- ``1``: per-sample values as one ``samples`` row per (condition, metric) holding the sample ids as a JSON list
+  and the values as float64 ``.npy`` bytes (an early schema 1 store has no ``samples`` table at all, and
+  none of them ``runs.identity_json``); a finished condition's ``batches`` rows were kept.
+- ``2``: each distinct id list is stored once, zlib-compressed, in ``sample_ids`` (keyed by the SHA-256 of
+  its JSON), and ``samples.ids`` holds that digest; ``samples.data`` is the values in the narrowest dtype
+  that gives every float64 back bit for bit (uint8, float32 or float64; codec.py ``narrowest``) as
+  zlib-compressed ``.npy`` bytes. A finished condition keeps no ``batches`` rows. Each ``samples`` row says
+  which encoding it has (a JSON list starts with ``[``; ``.npy`` bytes with ``\x93NUMPY``), so a schema 2
+  store that also holds schema 1 rows reads them all exactly.
+
+A store whose marker this version does not read (a later schema) is refused in one line, never read
+half-understood; a shiftbench that reads only schema 1 refuses a schema 2 store the same way. Opened for
+writing, a schema 1 store is upgraded in place in one transaction: the missing tables and column are added and
+the marker becomes ``2``; the rows it holds keep their bytes. That is safe even while an older shiftbench
+still writes it (it checked the marker when it opened and writes schema 1 rows, which read as they did). A
+reader (report, export, leaderboard) never upgrades: it reads either schema as it is. A read-only schema 1
+file opened for writing stays as it is (every write then fails in one line).
 """
 
 from __future__ import annotations
@@ -19,7 +39,10 @@ from typing import Any, Iterator, Self
 
 from ..errors import StoreError
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+# the schemas this version reads: a schema 1 store reads as it was written; opened for writing it is upgraded
+# to 2 in place (module doc, "Schema versions")
+READABLE = ("1", "2")
 _MAGIC_KEY = "shiftbench_schema"
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -84,6 +107,11 @@ CREATE TABLE IF NOT EXISTS samples (
     data BLOB NOT NULL,
     PRIMARY KEY (condition_id, metric)
 );
+CREATE TABLE IF NOT EXISTS sample_ids (
+    digest TEXT PRIMARY KEY,
+    n INTEGER NOT NULL,
+    ids BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS predictions (
     condition_id INTEGER NOT NULL REFERENCES conditions(condition_id),
     sample_id TEXT NOT NULL,
@@ -97,6 +125,8 @@ CREATE TABLE IF NOT EXISTS predictions (
 # (and simply hold no per-sample values); a reader (report, export, leaderboard) never adds it: an older
 # store read by one reads as having none, and its bytes stay as they were
 _SAMPLES_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS samples"):].split(";")[0]
+# added by schema 2: the distinct id lists that samples rows refer to by digest
+_SAMPLE_IDS_TABLE = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS sample_ids"):].split(";")[0]
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -191,8 +221,8 @@ class Database:
             if has_meta:
                 raise StoreError(f"{self.path}: not a shiftbench store (no schema marker)")
             raise StoreError(f"{self.path}: cannot read the store: another process is creating it; try again when it has started")
-        if marker != SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: store schema {marker} is not supported (this version reads {SCHEMA_VERSION})")
+        if marker not in READABLE:
+            raise self._unsupported(marker)
 
     def _open(self) -> None:
         """Check the schema marker, creating the schema when the database is empty.
@@ -212,7 +242,7 @@ class Database:
         current = marker == SCHEMA_VERSION
         if marker is None:
             self._refuse_foreign(conn)  # before the pragmas below write to the file
-        if current and self._has_identity(conn) and self._has_samples(conn):
+        if current and self._has_identity(conn) and self._has_samples(conn) and self._has_table(conn, "sample_ids"):
             self._pragmas(conn)  # the common case: an existing store, nothing to write
             return
         deadline = time.monotonic() + self._timeout
@@ -228,8 +258,8 @@ class Database:
                 conn.execute("COMMIT")
                 return
             except sqlite3.OperationalError as exc:
-                if current and "readonly" in str(exc):
-                    return  # an older read-only store: readable as it is, the new column stays absent
+                if marker in READABLE and "readonly" in str(exc):
+                    return  # an older read-only store: readable as it is, never upgraded (writes fail in one line)
                 if not _is_busy(exc) or time.monotonic() > deadline:
                     raise StoreError(f"{self.path}: cannot open store ({_reason(exc)})") from None
                 time.sleep(0.01)
@@ -271,8 +301,16 @@ class Database:
         return None if row is None else str(row[0])
 
     @staticmethod
-    def _has_samples(conn: sqlite3.Connection) -> bool:
-        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'samples'").fetchone() is not None
+    def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+    @classmethod
+    def _has_samples(cls, conn: sqlite3.Connection) -> bool:
+        return cls._has_table(conn, "samples")
+
+    def _unsupported(self, marker: str) -> StoreError:
+        return StoreError(f"{self.path}: store schema {marker} is not supported (this version reads schema "
+                          f"{' and '.join(READABLE)}; a later shiftbench wrote it: read it with that version)")
 
     @staticmethod
     def _has_identity(conn: sqlite3.Connection) -> bool:
@@ -292,11 +330,14 @@ class Database:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (_MAGIC_KEY,)).fetchone()
         if row is None:
             raise StoreError(f"{self.path}: not a shiftbench store (no schema marker)")
-        if row[0] != SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: store schema {row[0]} is not supported (this version reads {SCHEMA_VERSION})")
+        if row[0] not in READABLE:
+            raise self._unsupported(str(row[0]))
         if not self._has_identity(conn):  # a store written before run identities: add the column
             conn.execute("ALTER TABLE runs ADD COLUMN identity_json TEXT")
         conn.execute(_SAMPLES_TABLE)  # a store written before per-sample values: add the (empty) table
+        conn.execute(_SAMPLE_IDS_TABLE)  # schema 1 -> 2: the id lists' table; the rows already there keep their bytes
+        if row[0] != SCHEMA_VERSION:
+            conn.execute("UPDATE meta SET value = ? WHERE key = ?", (SCHEMA_VERSION, _MAGIC_KEY))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

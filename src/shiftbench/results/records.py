@@ -2,7 +2,8 @@
 
 ``load(store, runs, parts)`` opens the store once, checks it, and returns one :class:`Run` per run asked for
 (None: the latest; a run id; a list of run ids; :data:`ALL`: every run) with the ``parts`` asked for (``PARTS``):
-``results`` (:class:`Row`), ``samples`` (:class:`Samples`), ``predictions`` (:class:`Prediction`), ``counts``
+``results`` (:class:`Row`), ``samples`` (:class:`Samples`), ``predictions`` (:class:`Prediction`; or
+``shown_predictions``: only those of the samples with thumbnails, what the report's grids show), ``counts``
 (conditions, conditions done) and the artifacts. A run without results is the caller's to judge. The JSON a run
 stores beside its rows (identity, curation, a prediction) is parsed here too; the stored objects stay on the run
 as they were (exports write them).
@@ -17,13 +18,14 @@ from typing import Any, Collection, Sequence
 from ..condition import Condition
 from ..errors import ShiftbenchError
 from ..severity import Severity, canonical
-from .artifacts import stored_analysis, stored_curation, stored_quality_rows, stored_skipped, stored_thumbs
+from .artifacts import (stored_analysis, stored_curation, stored_quality_rows, stored_skipped, stored_thumbs,
+                        thumb_condition)
 from .store import Store
 
 __all__ = ["ALL", "PARTS", "Fields", "Row", "Samples", "Prediction", "Said", "Run", "Generated", "Curation",
            "Weights", "Data", "load"]
 
-PARTS = frozenset({"results", "samples", "predictions", "counts", "skipped", "curation", "analysis", "thumbs",
+PARTS = frozenset({"results", "samples", "predictions", "shown_predictions", "counts", "skipped", "curation", "analysis", "thumbs",
                    "quality"})
 _ARTIFACTS = {"skipped": stored_skipped, "curation": stored_curation, "analysis": stored_analysis,
               "thumbs": stored_thumbs, "quality": stored_quality_rows}
@@ -81,7 +83,10 @@ class Row(_Stored):
 
 @dataclass(frozen=True)
 class Samples(_Stored):
-    """The per-sample values behind a row: ``values`` runs over ``ids`` (docs/metrics.md, "Per-sample values")."""
+    """The per-sample values behind a row: ``values`` (a numpy array in the dtype the store keeps, exactly the
+    values written: uint8 for right/wrong, float32 where exact, else float64; convert before arithmetic that
+    could wrap) runs over ``ids`` (docs/metrics.md, "Per-sample values"). Records of one load with equal id
+    lists share one ``ids`` list: read it, never change it."""
 
     metric: str = ""
     kind: str = ""
@@ -249,10 +254,11 @@ def load(store: str | os.PathLike, runs: str | Sequence[str] | _All | None = Non
             ids = list(runs)
         else:
             ids = [db.run(runs)["run_id"]]
-        return [_run(db, rid, parts, keeps) for rid in ids]
+        lists: dict[str, list[str]] = {}  # the id lists decoded by this load: equal lists are one object
+        return [_run(db, rid, parts, keeps, lists) for rid in ids]
 
 
-def _run(db: Store, run_id: str, parts: Collection[str], keeps: bool) -> Run:
+def _run(db: Store, run_id: str, parts: Collection[str], keeps: bool, lists: dict[str, list[str]]) -> Run:
     run = _parse(Run, {**db.run(run_id), "keeps_samples": keeps})  # a column an older store lacks: its default
     if "counts" in parts:
         run.counts = db.condition_counts(run_id)
@@ -262,7 +268,13 @@ def _run(db: Store, run_id: str, parts: Collection[str], keeps: bool) -> Run:
         for part in sorted(set(parts) & set(_ARTIFACTS)):
             setattr(run, part, _ARTIFACTS[part](db, run_id))
     if "samples" in parts:
-        run.samples = [Samples(**s) for s in db.samples(run_id)]
+        # in the dtype stored (uint8 for right/wrong): an ImageNet-sized run's values fit in memory several times over
+        run.samples = [Samples(**s) for s in db.iter_samples(run_id, dtype=None, lists=lists)]
     if "predictions" in parts:
         run.predictions = [Prediction(dataset="", **p) for p in db.predictions(run_id)]
+    elif "shown_predictions" in parts:  # only the samples with thumbnails: what the report's grids show
+        with db.reading("an artifact of run " + repr(run_id)):
+            shown = sorted({thumb_condition(t)[3] for t in (run.thumbs if "thumbs" in parts
+                                                            else stored_thumbs(db, run_id))})
+        run.predictions = [Prediction(dataset="", **p) for p in db.predictions(run_id, shown)] if shown else []
     return run

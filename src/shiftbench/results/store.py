@@ -5,7 +5,16 @@ leaves either a whole batch / condition or nothing of it; a restarted run skips 
 and redoes the rest, and unique keys make a duplicated row impossible. Several processes may write
 one store at once: SQLite serialises the writers, ``busy_timeout`` makes them wait their turn.
 
-The SQLite plumbing (opening, the schema, the write transactions) is :class:`.database.Database`.
+The SQLite plumbing (opening, the schema and its versions, the write transactions) is
+:class:`.database.Database`.
+
+Per-sample values (``finish_condition(..., samples=...)``) are stored compactly and losslessly: each distinct
+list of sample ids once (``sample_ids``, zlib-compressed JSON keyed by its SHA-256), the values in the
+narrowest dtype that gives every float64 back bit for bit, zlib-compressed (codec.py). :meth:`Store.samples`
+and :meth:`Store.iter_samples` give them back as float64 (what was written) or, with ``dtype=None``, in the
+stored dtype (uint8, float32 or float64); records with equal id lists share one list object (read-only).
+A condition's batch states (JSON, zlib-compressed while it is in flight) are dropped in the transaction that
+finishes it: only an unfinished condition needs them, to resume.
 """
 
 from __future__ import annotations
@@ -15,33 +24,16 @@ import json
 import socket
 import sqlite3
 import time
-from typing import Any
+import zlib
+from typing import Any, Iterator, Sequence
 
 from ..condition import Condition, canonical_json, params_key  # noqa: F401  (params_key: importable from here)
 from ..errors import Option, StoreError
 from ..seeds import check_seed
 from ..severity import canonical
+from .codec import decode_ids, decode_values, encode_ids, encode_values, ids_digest, pack_ids
 from .database import SCHEMA_VERSION, Database  # noqa: F401  (SCHEMA_VERSION: still importable from here)
 from .identity import describe_changes, identity_key
-
-
-def _npy_bytes(values: Any) -> bytes:
-    """``values`` as float64 ``.npy`` bytes (np.save, no pickles)."""
-    import io
-
-    import numpy as np
-
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(values, dtype=np.float64), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def _npy_array(data: bytes) -> Any:
-    import io
-
-    import numpy as np
-
-    return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 _NUMBER = (int, float)
@@ -224,17 +216,19 @@ class Store(Database):
     ) -> bool:
         """Record one finished batch (its metric state and per-sample predictions) atomically.
 
-        Returns False when the batch was already recorded (then nothing is written).
+        The state is kept as zlib-compressed JSON until the condition is finished (then it is dropped).
+        Returns False when the batch was already recorded, or its condition is finished (then nothing is written).
         """
         with self._write() as conn:
+            done = conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
             exists = conn.execute(
                 "SELECT 1 FROM batches WHERE condition_id = ? AND batch = ?", (condition_id, batch)
             ).fetchone()
-            if exists:
+            if exists or (done is not None and done[0] == "done"):
                 return False
             conn.execute(
                 "INSERT INTO batches (condition_id, batch, state) VALUES (?, ?, ?)",
-                (condition_id, int(batch), canonical_json(state)),
+                (condition_id, int(batch), sqlite3.Binary(zlib.compress(canonical_json(state).encode(), 6))),
             )
             if predictions:
                 conn.executemany(
@@ -244,11 +238,13 @@ class Store(Database):
         return True
 
     def batches(self, condition_id: int) -> dict[int, Any]:
+        """The saved batch states of an unfinished condition, by batch (``{}`` once it is finished: its batches
+        are dropped when it finishes). A state saved as JSON text (schema 1) reads as it did."""
         with self.reading(f"the saved batches of condition {condition_id}"):
             rows = self._conn.execute(
                 "SELECT batch, state FROM batches WHERE condition_id = ? ORDER BY batch", (condition_id,)
             ).fetchall()
-            return {int(r[0]): json.loads(r[1]) for r in rows}
+            return {int(r[0]): json.loads(zlib.decompress(r[1]) if isinstance(r[1], bytes) else r[1]) for r in rows}
 
     def clear_batches(self, condition_id: int) -> int:
         """Forget an unfinished condition's saved batches and their predictions, in one transaction, so
@@ -267,13 +263,20 @@ class Store(Database):
 
         ``results`` maps metric -> (value, n) or (value, n, extra). ``samples`` maps a row metric to
         (kind, sample ids, values): the per-sample values behind it, ids in data order, ``values`` an
-        array whose first axis runs over the ids (stored as float64 ``.npy`` bytes). Returns False when
+        array whose first axis runs over the ids, read back as float64 bit for bit (stored compactly: module
+        doc). The condition's saved batches are dropped in the same transaction. Returns False when
         another writer had already finished it (nothing written).
         """
         for metric, (kind, ids, values) in (samples or {}).items():
             if len(ids) != len(values):
                 raise StoreError(f"{self.path}: condition {condition_id}, {metric}: {len(ids)} sample ids "
                                  f"for {len(values)} values")
+        encoded: dict[str, tuple[str, str, bytes]] = {}  # encoded before the write lock is taken
+        lists: dict[str, tuple[int, bytes]] = {}
+        for metric, (kind, ids, values) in (samples or {}).items():
+            digest, text = encode_ids(ids)
+            lists[digest] = (len(ids), text)
+            encoded[metric] = (kind, digest, encode_values(values))
         with self._write() as conn:
             row = conn.execute("SELECT status FROM conditions WHERE condition_id = ?", (condition_id,)).fetchone()
             if row is None:
@@ -289,15 +292,19 @@ class Store(Database):
                     (condition_id, metric, None if value is None else float(value), int(count),
                      None if extra is None else canonical_json(extra)),
                 )
-            conn.executemany(
-                "INSERT INTO samples (condition_id, metric, kind, ids, data) VALUES (?, ?, ?, ?, ?)",
-                [(condition_id, metric, kind, json.dumps([str(i) for i in ids], separators=(",", ":")),
-                  sqlite3.Binary(_npy_bytes(values))) for metric, (kind, ids, values) in (samples or {}).items()],
-            )
+            for metric, (kind, digest, data) in encoded.items():
+                conn.execute(
+                    "INSERT INTO samples (condition_id, metric, kind, ids, data) VALUES (?, ?, ?, ?, ?)",
+                    (condition_id, metric, kind, digest, sqlite3.Binary(data)))
+            for digest, (count, text) in lists.items():
+                if conn.execute("SELECT 1 FROM sample_ids WHERE digest = ?", (digest,)).fetchone() is None:
+                    conn.execute("INSERT INTO sample_ids (digest, n, ids) VALUES (?, ?, ?)",
+                                 (digest, count, sqlite3.Binary(pack_ids(text))))
             conn.execute(
                 "UPDATE conditions SET status = 'done', n = ?, finished = ? WHERE condition_id = ?",
                 (n if n is not None else (max(counts) if counts else 0), time.time(), condition_id),
             )
+            conn.execute("DELETE FROM batches WHERE condition_id = ?", (condition_id,))
         return True
 
     # -- reading ------------------------------------------------------------------------------
@@ -324,42 +331,93 @@ class Store(Database):
                 out.append(d)
         return out
 
-    def predictions(self, run_id: str) -> list[dict[str, Any]]:
-        with self.reading("its predictions"):
-            rows = self._conn.execute(
-                "SELECT c.model, c.shift, c.params, c.severity, p.sample_id, p.prediction FROM predictions p"
-                " JOIN conditions c ON p.condition_id = c.condition_id WHERE c.run_id = ?"
-                " ORDER BY c.condition_id, p.sample_id",
-                (run_id,),
-            ).fetchall()
-            out = [{**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])}
-                   for r in rows]
-        types = {**{k: v for k, v in _CONDITION_TYPES.items() if k != "dataset"}, "sample_id": (str,)}
-        for d in out:
-            self._typed(d, "prediction", types)
-        return out
+    _PREDICTIONS = ("SELECT c.model, c.shift, c.params, c.severity, p.sample_id, p.prediction FROM predictions p"
+                    " JOIN conditions c ON p.condition_id = c.condition_id WHERE c.run_id = ?"
+                    " ORDER BY c.condition_id, p.sample_id")
+    _PREDICTION_TYPES = {**{k: v for k, v in _CONDITION_TYPES.items() if k != "dataset"}, "sample_id": (str,)}
 
-    def samples(self, run_id: str) -> list[dict[str, Any]]:
+    def _prediction(self, r: sqlite3.Row) -> dict[str, Any]:
+        d = {**dict(r), "params": json.loads(r["params"]), "prediction": json.loads(r["prediction"])}
+        self._typed(d, "prediction", self._PREDICTION_TYPES)
+        return d
+
+    def predictions(self, run_id: str, sample_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """A run's stored predictions (``model, shift, params, severity, sample_id, prediction``), by condition
+        then sample id; :meth:`iter_predictions` yields the same dicts one at a time. ``sample_ids``: only those
+        samples' (the report's grids show a few; a run with --log-samples holds one per sample and condition)."""
+        query, args = self._PREDICTIONS, (run_id,)
+        if sample_ids is not None:
+            query = query.replace(" ORDER BY", " AND p.sample_id IN (SELECT value FROM json_each(?)) ORDER BY")
+            args = (run_id, json.dumps([str(i) for i in sample_ids]))
+        with self.reading("its predictions"):
+            rows = self._conn.execute(query, args).fetchall()
+            return [self._prediction(r) for r in rows]
+
+    def iter_predictions(self, run_id: str) -> Iterator[dict[str, Any]]:
+        """:meth:`predictions`, streamed from a cursor (same dicts, same order): an export of a large run
+        never holds every prediction at once. Read the iterator to its end (or close it) before writing to
+        this store through the same object."""
+        with self.reading("its predictions"):
+            for r in self._conn.execute(self._PREDICTIONS, (run_id,)):
+                yield self._prediction(r)
+
+    _SAMPLES = ("SELECT c.model, c.dataset, c.shift, c.params, c.severity, s.metric, s.kind, s.ids, s.data"
+                " FROM samples s JOIN conditions c ON s.condition_id = c.condition_id WHERE c.run_id = ?"
+                " ORDER BY c.condition_id, s.metric")
+    _SAMPLE_TYPES = {**_CONDITION_TYPES, "metric": (str,), "kind": (str,), "ids": (list,)}
+
+    def samples(self, run_id: str, dtype: Any = "float64",
+                lists: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
         """The per-sample values of a run, one dict per (condition, metric) that has them:
         ``model, dataset, shift, params, severity, metric, kind, ids, values`` (docs/metrics.md,
-        "Per-sample values"). A store written before they were kept has none: ``[]``."""
+        "Per-sample values"). A store written before they were kept has none: ``[]``.
+
+        ``values`` is a numpy array: float64, exactly the values written (the default), or with
+        ``dtype=None`` the stored dtype (uint8 for 0/1 values, float32 when every value is float32-exact,
+        else float64; a schema 1 store's are float64). Records with equal id lists share one list object
+        (do not change it); ``lists`` (digest -> list) shares them across calls too (:func:`.records.load`)."""
+        return list(self.iter_samples(run_id, dtype, lists))
+
+    def iter_samples(self, run_id: str, dtype: Any = "float64",
+                     lists: dict[str, list[str]] | None = None) -> Iterator[dict[str, Any]]:
+        """:meth:`samples`, streamed from a cursor one (condition, metric) at a time (same dicts, same order):
+        an export of a large run never holds every record at once; an id list is decoded once. Read the
+        iterator to its end (or close it) before writing to this store through the same object."""
+        lists = {} if lists is None else lists
         with self.reading("its per-sample values"):
             if not self._has_samples(self._conn):
-                return []
-            rows = self._conn.execute(
-                "SELECT c.model, c.dataset, c.shift, c.params, c.severity, s.metric, s.kind, s.ids, s.data"
-                " FROM samples s JOIN conditions c ON s.condition_id = c.condition_id WHERE c.run_id = ?"
-                " ORDER BY c.condition_id, s.metric",
-                (run_id,),
-            ).fetchall()
-            out = [{"model": r["model"], "dataset": r["dataset"], "shift": r["shift"], "params": json.loads(r["params"]),
-                    "severity": r["severity"], "metric": r["metric"], "kind": r["kind"],
-                    "ids": json.loads(r["ids"]), "values": _npy_array(bytes(r["data"]))} for r in rows]
-        for d in out:
-            self._typed(d, "per-sample record", {**_CONDITION_TYPES, "metric": (str,), "kind": (str,), "ids": (list,)})
-            if len(d["ids"]) != len(d["values"]):
-                raise self._damaged(f"{len(d['ids'])} sample ids for {len(d['values'])} values ({d['metric']})")
-        return out
+                return
+            for r in self._conn.execute(self._SAMPLES, (run_id,)):
+                d = {"model": r["model"], "dataset": r["dataset"], "shift": r["shift"],
+                     "params": json.loads(r["params"]), "severity": r["severity"], "metric": r["metric"],
+                     "kind": r["kind"], "ids": self._id_list(r["ids"], lists),
+                     "values": decode_values(bytes(r["data"]), dtype)}
+                self._typed(d, "per-sample record", self._SAMPLE_TYPES)
+                if len(d["ids"]) != len(d["values"]):
+                    raise self._damaged(f"{len(d['ids'])} sample ids for {len(d['values'])} values ({d['metric']})")
+                yield d
+
+    def _id_list(self, ref: Any, lists: dict[str, list[str]]) -> list[str]:
+        """A samples row's id list, decoded once per digest: schema 2's digest of a ``sample_ids`` row, or
+        schema 1's JSON list (keyed by the same digest, so equal lists of either schema are one object)."""
+        if not isinstance(ref, str):
+            raise ValueError(f"sample ids stored as {type(ref).__name__}")
+        old = ref.startswith("[")
+        digest = ids_digest(ref.encode("utf-8", "surrogatepass")) if old else ref
+        found = lists.get(digest)
+        if found is None:
+            if old:
+                found = decode_ids(ref)
+            else:
+                row = self._conn.execute("SELECT n, ids FROM sample_ids WHERE digest = ?", (digest,)).fetchone() \
+                    if self._has_table(self._conn, "sample_ids") else None
+                if row is None:
+                    raise self._damaged(f"no sample id list {digest[:12]}")
+                found = decode_ids(bytes(row["ids"]))
+                if len(found) != row["n"]:
+                    raise self._damaged(f"sample id list {digest[:12]} holds {len(found)} ids, not {row['n']}")
+            lists[digest] = found
+        return found
 
     def keeps_samples(self) -> bool:
         """Whether the store has the table of per-sample values: False for a store written by a shiftbench that
