@@ -54,7 +54,6 @@ NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top
               "with one other, the paired bootstrap (1000 resamples) elsewhere")
 
 _MEMO_VECTORS = 8192  # resampled statistics of whole conditions kept (n_boot floats each: 64 MB at 1000)
-_BLOCK_CELLS = 262_144  # draw counts handed to the statistics this many cells at a time (2 MB: stays in cache)
 
 
 @dataclass
@@ -66,7 +65,6 @@ class _Entry:
     ids: list[str]
     values: np.ndarray
     pos: np.ndarray
-    key: tuple[str, str, Severity]  # (shift, params key, severity): the condition
     point: float | None = None  # the statistic over all its ids, once computed
 
     def prepared(self, rows: np.ndarray | None = None) -> SampleStatistic:
@@ -137,7 +135,7 @@ class Uncertainty:
             if key in self._entries and self._datasets[key] != s.get("dataset"):
                 # two datasets under one condition: the tables average them, ids need not pair; no interval
                 self._ambiguous.add(key)
-            entry = _Entry(str(s["kind"]), ids, values, pos, key[2:])
+            entry = _Entry(str(s["kind"]), ids, values, pos)
             self._entries[key] = entry
             self._by_condition.setdefault(key[2:], []).append(entry)
             self._datasets[key] = s.get("dataset")
@@ -395,12 +393,10 @@ class Uncertainty:
             stats = [entry.prepared(rows) for entry, rows, _ in todo]
             parts: list[list[np.ndarray]] = [[] for _ in todo]
             rng = np.random.Generator(np.random.PCG64(seed))
-            step = max(1, _BLOCK_CELLS // max(n, 1))
+            # the draw comes in cache-sized chunks (resample_counts), each read by every statistic while it is held
             for counts in resample_counts(n, self.n_boot, rng):
-                for start in range(0, counts.shape[0], step):
-                    block = counts[start:start + step]  # a few resamples, held in cache while every statistic reads them
-                    for k, ((_, _, col), stat) in enumerate(zip(todo, stats)):
-                        parts[k].append(stat(block if col is None else block[:, col]))
+                for k, ((_, _, col), stat) in enumerate(zip(todo, stats)):
+                    parts[k].append(stat(counts if col is None else counts[:, col]))
             fresh = [np.concatenate(p) for p in parts]
             subsets = []
             for (entry, rows, col), values in zip(todo, fresh):
