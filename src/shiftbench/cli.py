@@ -28,11 +28,12 @@ from .errors import ShiftbenchError
 from .files import out_folder, write_atomic
 from .models.retrieval import CHECKPOINT_NAME, cache_dir
 from .models.retrieval_training import train_retrievers
-from .registry import DATASETS, METRICS, MODELS, SHIFTS, summary_line
+from .registry import DATASETS, METRICS, MODELS, SHIFTS, shift_info, summary_line
 from .report import build_report, run_headline
 from .report.export import export_store
 from .report.leaderboard import leaderboard, to_markdown, write_leaderboard
 from .report.terminal import print_headline
+from .report.headline import planned_detectable
 from .results.store import Store, spec_hash
 from .seeds import parse_seed
 
@@ -284,6 +285,16 @@ def _dry_run(spec, store: str, run_id: str | None, new_run: bool) -> None:
         if exists and new_run and run_id is None and rid == f"run-{spec_hash(raw)[:12]}":
             where += "; --new-run: the inputs equal that run's, so it is resumed rather than computed again"
     _print_plan(plan, f"{store} ({where})", defaults=not spec.metrics)
+    _print_detectable(plan)
+
+
+def _print_detectable(plan) -> None:
+    """The smallest change the planned run can see (report.headline.planned_detectable), under its assumptions."""
+    conditions = plan.spec.conditions()
+    shifts = len({(c.shift, json.dumps(c.params, sort_keys=True)) for c in conditions if c.shift != "clean"})
+    models = len({c.model for c in conditions}) or len(plan.models)
+    line = planned_detectable(plan.samples, models, shifts, list(plan.spec.metrics))
+    make_console().print(line + " (the report states it again from the run's own data)", soft_wrap=True, markup=False)
 
 
 def _print_plan(plan, store: str, defaults: bool = False) -> None:
@@ -334,9 +345,11 @@ def _write_json_atomic(path: Path, value: Any) -> None:
 @click.option("--dataset", required=True, help="Registered dataset name or a dataset folder.")
 @click.option("--shift", "shifts", required=True, multiple=True,
               help="Shift name, comma list, glob, or a group: all (19 corruptions), common (the 15 of ImageNet-C), cbar (the 10 of ImageNet-C-bar), "
-                   "noise, blur, weather, digital, extra, text, background, attribute.")
-@click.option("--severity", default="3", show_default=True,
-              help="Severity, list (1,3,5), range (1-5) or grid (1-5:0.25: a step of 0.25, both ends included). "
+                   "noise, blur, weather, digital, extra, text, background, attribute, imagenet_p (the 10 perturbation "
+                   "sequences of ImageNet-P), imagenet_p_extra.")
+@click.option("--severity", default=None,
+              help="[default: 3; 1 when every shift is an ImageNet-P sequence, whose severity is the difficulty 1..3] "
+                   "Severity, list (1,3,5), range (1-5) or grid (1-5:0.25: a step of 0.25, both ends included). "
                    "In-between severities (2.5) for shifts with a dial: the corruptions and ImageNet-C-bar; "
                    "each is written to <shift>/<severity>/ (gaussian_noise/2.5/).")
 @click.option("--out", required=True, type=click.Path(), help="Output folder (new, or one generate wrote before).")
@@ -356,9 +369,12 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               help="Quality of a JPEG or WebP encoding [default: 95; 85 with --protocol imagenet-c].")
 @click.option("--jpeg-quality", type=click.IntRange(1, 100), default=None, hidden=True,
               help="The older name of --quality.")
-@click.option("--protocol", type=click.Choice(["imagenet-c"]), default=None,
+@click.option("--protocol", type=click.Choice(["imagenet-c", "imagenet-p"]), default=None,
               help="A published procedure: imagenet-c resizes the shorter side to 256 (bilinear), centre-crops 224, "
-                   "shifts, and saves JPEG quality 85 (optimize) to <shift>/<severity>/<class>/<file name>.")
+                   "shifts, and saves JPEG quality 85 (optimize) to <shift>/<severity>/<class>/<file name>; "
+                   "imagenet-p resizes to 256, makes each p_* sequence with its frames centre-cropped to 224 (after "
+                   "the warp for geometric ones) and saves them as PNG frames to "
+                   "<shift>/<difficulty>/<class>/<file stem>/<frame>.png.")
 @click.option("--resize", type=click.IntRange(min=1), default=None,
               help="Resize the shorter side to this many pixels before the shift (Pillow).")
 @click.option("--crop", default=None, help="Centre crop after the resize: SIZE or HEIGHT,WIDTH.")
@@ -375,10 +391,12 @@ def _write_json_atomic(path: Path, value: Any) -> None:
               help="Ray cluster to join (HOST:PORT of its head); default: start a local one on --workers CPUs.")
 @click.option("--shard-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Sample indices per work unit (the outputs do not depend on it).")
-def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str, out: str, **options: Any) -> None:
+def generate_cmd(dataset: str, shifts: tuple[str, ...], severity: str | None, out: str, **options: Any) -> None:
     """Write a shifted copy of a dataset with a manifest.jsonl of every output's params."""
 
     names = resolve_shifts(shifts)
+    if severity is None:  # ImageNet-P's sequences default to the published difficulty 1, everything else to 3
+        severity = "1" if all(shift_info(n).role == "perturbation" for n in names) else "3"
     shift_params = _parse_params(options.pop("params"))
     severities = parse_severities(severity, "--severity")
     options.update(image_format=options.pop("fmt"), shift_params=shift_params, crop=_parse_crop(options["crop"]),
@@ -436,14 +454,18 @@ def curate_cmd(dataset: str, models: str, out: str, min_mask_fraction: float | N
               help="Output folder; only the files of an earlier report there are replaced (and named).")
 @click.option("--run-id", "run_ids", multiple=True, help="Which run (repeatable; default: the latest).")
 @click.option("--all-runs", is_flag=True, help="Every run of the store, one section each.")
-def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool) -> None:
+@click.option("--correction", type=click.Choice(["holm", "bh", "none"]), default="holm", show_default=True,
+              help="Multiplicity correction of each headline's paired tests (one family per run): holm (family-wise "
+                   "error), bh (Benjamini-Hochberg, false discovery rate) or none; ≈ follows the adjusted p.")
+def report_cmd(store: str, out: str, run_ids: tuple[str, ...], all_runs: bool, correction: str) -> None:
     """Build tables and an HTML report from a results store (never re-runs models)."""
 
     if all_runs:
         with Store(store, create=False) as db:
             run_ids = tuple(r["run_id"] for r in db.runs())
     with Steps("report", "table rows") as steps:
-        path = build_report(store, out, run_id=list(run_ids) if run_ids else None, progress=steps)
+        path = build_report(store, out, run_id=list(run_ids) if run_ids else None, progress=steps,
+                            correction=correction)
     make_console().print(f"report: {path}", soft_wrap=True, markup=False)
 
 

@@ -267,6 +267,7 @@ SHIFTS = Registry(
         "shiftbench.shifts.basic",
         "shiftbench.shifts.corruptions",
         "shiftbench.shifts.cbar",
+        "shiftbench.shifts.perturbations",
         "shiftbench.shifts.text",
         "shiftbench.shifts.background",
         "shiftbench.shifts.attributes",

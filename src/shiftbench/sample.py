@@ -210,7 +210,9 @@ class Sample:
     """One record: an RGB image and the labels that come with it.
 
     ``mask`` is HxW bool (one object) or an integer instance map; ``boxes`` is an (N, 4) float array
-    of ``x0, y0, x1, y1`` pixel corners; ``box_labels`` the class of each box.
+    of ``x0, y0, x1, y1`` pixel corners; ``box_labels`` the class of each box. ``frames``: a perturbation
+    sequence (ImageNet-P, shifts/perturbations) as uint8 (T, H, W, 3), T >= 2, each frame the image's size;
+    ``image`` is then its last frame (what a thumbnail shows).
     """
 
     image: np.ndarray
@@ -222,9 +224,16 @@ class Sample:
     caption: str | None = None
     id: str | None = None  # None: derived from the image content (see content_id)
     meta: dict[str, Any] = field(default_factory=dict)
+    frames: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.image = to_rgb_uint8(self.image, source=self.meta.get("path") if self.meta else None)
+        if self.frames is not None:
+            frames = np.asarray(self.frames)
+            if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[0] < 2 or frames.shape[1:] != self.image.shape:
+                raise ImageError(f"sample {self.id}: frames must be uint8 (T >= 2, {', '.join(map(str, self.image.shape))}),"
+                                 f" got {frames.dtype} {frames.shape}")
+            self.frames = frames
         # Without an id, the content decides the random streams of shifts: two different images never
         # share a noise field, and the same image always gets the same one.
         self.id = content_id(self.image) if self.id is None else str(self.id)

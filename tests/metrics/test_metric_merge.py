@@ -156,6 +156,23 @@ def _cue_items(seed: int) -> list:
     return items
 
 
+def _sequences(seed: int) -> list[tuple[np.ndarray, tuple[int, str, int]]]:
+    """Perturbation sequences (metrics/stability.py): (T, C) scores each, with (frames, reference, step); two
+    frame counts and both references, so a batch groups sequences of several kinds."""
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(N_ITEMS):
+        t, reference, step = ((31, "first", 1), (41, "previous", 2), (31, "previous", 1))[i % 3]
+        scores = rng.integers(0, 4, (t, 9)).astype(np.float64)  # few levels: ties and flips
+        items.append((scores, (t, reference, step)))
+    return items
+
+
+def _feed_sequences(metric, items) -> None:
+    if items:
+        metric.update(np.concatenate([x for x, _ in items]), [t for _, t in items])
+
+
 FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] = {
     "top1": (lambda: METRICS.create("top1"), _classification, _feed_classification),
     "top5": (lambda: METRICS.create("top5"), _classification, _feed_classification),
@@ -172,11 +189,14 @@ FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] =
     "dino_distance": (lambda: METRICS.create("dino_distance", features=FEATURES), _images, _feed_pairs),
     "fid": (lambda: METRICS.create("fid", features=FEATURES), _images, _feed_pairs),
     "clip_direction": (lambda: METRICS.create("clip_direction", clip=CLIP), _edits, _feed_edits),
+    "flip_prob": (lambda: METRICS.create("flip_prob"), _sequences, _feed_sequences),
+    "t5d": (lambda: METRICS.create("t5d"), _sequences, _feed_sequences),
     "shape_bias": (lambda: METRICS.create("shape_bias"), _cue_items,
                    lambda m, it: m.update(np.stack([x for x, _ in it]), [t for _, t in it])),
 }
 # the metrics the runner saves in the store: their states must survive JSON
-STORED = {"top1", "top5", "ece", "miou", "foreground_iou", "box_ap", "mask_ap", "text_similarity", "shape_bias"}
+STORED = {"top1", "top5", "ece", "miou", "foreground_iou", "box_ap", "mask_ap", "text_similarity", "shape_bias",
+          "flip_prob", "t5d"}
 # metrics whose state is a sum: the order of the parts does not matter either
 COMMUTATIVE = {"top1", "top5", "ece", "miou", "foreground_iou", "text_similarity"}
 

@@ -390,8 +390,8 @@ def test_confidence_intervals_and_noise_marks_where_uncertainty_is_known(tmp_pat
     assert _FakeUncertainty.calls == [("dummy_classifier", "top1", ("_test_noise", "_test_noise"))]
     # results cells: CI, change CI and test in the tooltip, the mark in the text
     assert re.search(r'class="noise" title="n = 20 samples per condition; 95% CI \[[0-9.]+, [0-9.]+\]; change 95% CI '
-                     r'\[-10.0, \+10.0\] \(paired test\); p = 0.5 against clean \(paired test\); ≈ within noise '
-                     r'\(p &gt;= 0.05\)">[0-9.]+ \([-+][0-9.]+\) ≈<', html)
+                     r'\[-10.0, \+10.0\] \(paired test\); p = 0.5 against clean \(paired test; uncorrected for multiplicity\); '
+                     r'≈ within noise \(p &gt;= 0.05\)">[0-9.]+ \([-+][0-9.]+\) ≈<', html)
 
 
 def test_models_compared_pairwise_on_the_same_samples(demo_like):

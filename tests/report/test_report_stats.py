@@ -156,7 +156,11 @@ def test_a_real_drop_on_64_samples_is_not_noise():
     assert one["p_value"] == pytest.approx(mcnemar(np.ones(64), np.zeros(64)).p_value)  # exact McNemar: 2^-63
     both = u.aggregate("m", "top1", [("snow", {}, 1), ("snow", {}, 2)])  # two severities: paired bootstrap
     assert both["noise"] is False and both["p_value"] < 0.001 and both["delta_high"] == -1.0
-    assert (one["low"], one["high"]) == (0.0, 0.0)
+    # 0 of 64 right: not the bootstrap's degenerate [0, 0] but the exact Clopper-Pearson interval (issue 39)
+    from scipy.stats import binomtest
+
+    assert (one["low"], one["high"]) == pytest.approx(tuple(binomtest(0, 64).proportion_ci(method="exact")))
+    assert one["interval"] and "Clopper-Pearson" in one["interval"]
 
 
 def test_value_interval_is_close_to_scipys_percentile_bootstrap():
@@ -328,7 +332,7 @@ def test_cells_where_the_bootstrap_and_mcnemar_disagreed_now_agree():
     assert cell.noise and cell.p_value == 0.0625 and cell.delta_low <= 0 <= cell.delta_high
     text = headline(rows, [table], ["top1"], u).rows[0].cells[1]
     assert text.text == "43.8 (-31.2) ≈" and "p = 0.0625 (exact McNemar, against clean)" in text.title
-    assert "≈: within noise, p >= 0.05 (exact McNemar)" in text.title
+    assert "≈: within noise, Holm-adjusted p >= 0.05 (exact McNemar)" in text.title  # one test: Holm's p is the raw p
     # one more loss: p = 0.031 < 0.05, no ≈, and the exact interval excludes 0
     shifted[5] = 0
     samples, rows = _paired_store(clean, [shifted])

@@ -42,7 +42,8 @@ def test_groups_cover_the_19_imagenet_c_names():
     assert corruption_names("fog") == ["fog"]
     with pytest.raises(ShiftbenchError, match="did you mean 'fog'"):
         corruption_names("fogg")
-    assert sorted(sb.registry.SHIFTS.names("*_blur")) == ["defocus_blur", "gaussian_blur", "glass_blur", "motion_blur", "zoom_blur"]
+    blurs = [n for n in sb.registry.SHIFTS.names("*_blur") if not n.startswith("p_")]  # ImageNet-P's sequences apart
+    assert sorted(blurs) == ["defocus_blur", "gaussian_blur", "glass_blur", "motion_blur", "zoom_blur"]
 
 
 @pytest.mark.parametrize("name", ALL)

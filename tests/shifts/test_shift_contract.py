@@ -72,7 +72,9 @@ def test_same_seed_same_bytes_and_kind_kept(name):
                 assert a.id == x.id
             if shift.kind == "image":  # bare arrays give arrays back ("sample" shifts are tested on the Sample's mask)
                 arr = shift(x.image, severity=severity, seed=7)
-                assert isinstance(arr, np.ndarray) and arr.shape == x.image.shape and arr.dtype == np.uint8
+                # a perturbation sequence (ImageNet-P) gives its frames, the Sample's ``frames``, image = the last
+                want = a.frames.shape if shift.role == "perturbation" else x.image.shape
+                assert isinstance(arr, np.ndarray) and arr.shape == want and arr.dtype == np.uint8
 
 
 @pytest.mark.parametrize("name", CONTRACT)
@@ -292,7 +294,8 @@ def test_same_unnamed_input_twice_gives_the_same_bytes(name):
     if shift.kind == "image":
         one = shift(a.image, severity=severity, seed=4)
         assert same(one, shift(a.image.copy(), severity=severity, seed=4))
-        assert same(one, shift(a, severity=severity, seed=4).image)  # an unnamed Sample = its bare image
+        out = shift(a, severity=severity, seed=4)  # an unnamed Sample = its bare image (a sequence: its frames)
+        assert same(one, out.frames if shift.role == "perturbation" else out.image)
 
 
 def test_default_ids_come_from_content_and_given_ids_win():

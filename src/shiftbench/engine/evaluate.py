@@ -32,7 +32,8 @@ import numpy as np
 
 from ..errors import ShiftbenchError, SpecError
 from ..metrics.base import check_task
-from ..registry import METRICS, MODELS
+from ..metrics.stability import STABILITY_METRICS
+from ..registry import METRICS, MODELS, shift_info
 from ..results.artifacts import CURATION_ARTIFACT, SKIPPED_ARTIFACT
 from ..results.codec import encode_state
 from ..results.store import Store, spec_hash
@@ -180,6 +181,7 @@ class _Runner:
         self.curation: dict[str, Any] | None = None  # what curation kept (the spec's curate: section)
         self.plans: dict[str, Any] = {}  # model label -> its task's label plan
         self.tasks: dict[str, Any] = {}  # model label -> its task
+        self.metric_names: dict[str, list[str]] = {}  # model label -> its metrics (condition_metrics picks per condition)
 
     # -- setup --------------------------------------------------------------------------------
     def _dataset(self):
@@ -202,6 +204,8 @@ class _Runner:
             task = self.tasks[m.label] = task_of(model, m.name, runner="evaluate")
             if not self.spec.metrics:
                 defaults[m.label] = list(task.metrics_for(model))
+                if task.name == "classification" and has_sequences(self.spec):
+                    defaults[m.label] += [n for n in STABILITY_METRICS if n not in defaults[m.label]]
             self._metrics({m.label: model})  # a metric of another task is the first thing to say
             plan = task.plan_labels(model, dataset, self.spec.label_map, dataset_name=f"dataset {self.spec.dataset!r}",
                                     class_subset=self.spec.class_subset)
@@ -213,7 +217,30 @@ class _Runner:
                             "the dataset's classes; captioners and class-agnostic segmenters have none); remove it")
         if defaults:
             self.spec = with_default_metrics(self.spec, defaults)
+        self._check_sequence_metrics()
         return models
+
+    def _check_sequence_metrics(self) -> None:
+        """Every condition has a metric to score it: perturbation sequences (``p_*`` shifts) take the stability
+        metrics (flip_prob, t5d), every other condition the others; a spec that lists its metrics lists both kinds
+        when it has both kinds of conditions."""
+        spec = self.spec
+        sequences = {s.name for s in spec.shifts if is_sequence_shift(s.name)}
+        kinds = {is_sequence_metric(n) for n in spec.metrics}
+        where = f"{spec.source}: metrics" if spec.source else "metrics"
+        if sequences and True not in kinds:
+            raise SpecError(f"{where}: the perturbation sequences ({', '.join(sorted(sequences))}) are scored by "
+                            f"{' and '.join(STABILITY_METRICS)}; add them to the list")
+        others = [s.name for s in spec.shifts if not is_sequence_shift(s.name)]
+        if False not in kinds and (others or not sequences):
+            raise SpecError(f"{where}: {', '.join(spec.metrics)} score(s) only perturbation sequences (p_* shifts); "
+                            f"add a metric for {', '.join(others) or 'clean'} (e.g. top1)")
+
+    def condition_metrics(self, label: str, cond: Planned) -> list[str]:
+        """The metrics of model ``label`` that score ``cond``: the stability ones on a perturbation sequence,
+        the others elsewhere."""
+        sequence = cond.shift is not None and is_sequence_shift(cond.shift_name)
+        return [n for n in self.metric_names[label] if is_sequence_metric(n) == sequence]
 
     def _metric(self, name: str, model_label: str) -> Any:
         """A metric by name, sized to the model's label space where it needs one (miou's confusion matrix)."""
@@ -256,7 +283,7 @@ class _Runner:
         given = self.call.dataset  # a worker's copy of the driver's dataset
         dataset = given if given is not None else self._dataset()
         models = self._models(dataset)
-        metrics = self._metrics(models)
+        metrics = self.metric_names = self._metrics(models)
         spec = self.spec  # with its metrics when it left them to the models' task
 
         def first_batch(data: Any) -> list[Sample]:  # every read of a run's samples goes through the kernel's loader
@@ -397,7 +424,8 @@ class _Evaluation(TaskRun):
         self.loader = plan.loader()
 
     def restore(self, ci: int, cond: Planned, model: str, cid: int) -> Held:
-        return restore_held(self.store, cid, lambda name: self.runner._metric(name, model), self.plan.metrics[model],
+        return restore_held(self.store, cid, lambda name: self.runner._metric(name, model),
+                            self.runner.condition_metrics(model, cond),
                             self.batch_size, len(self.plan.dataset), f"{model} {cond.shift_name} s{cond.severity}")
 
     def saved(self, held: Held) -> set:
@@ -408,7 +436,7 @@ class _Evaluation(TaskRun):
 
     def score(self, cond: Planned, b: int, loaded: Batch, models: Sequence[str]) -> Iterator[Scored]:
         for m in models:
-            scored = self.runner._score(m, self.plan.models[m], self.plan.metrics[m], b, loaded.samples,
+            scored = self.runner._score(m, self.plan.models[m], self.runner.condition_metrics(m, cond), b, loaded.samples,
                                         loaded.skipped, loaded.pixels)
             if b == 0:  # before the batch: a kill between the two redoes the batch and rewrites them
                 save_thumbnails(self.store, self.run_id, thumbnails(cond, loaded.shifted(GRID_SAMPLES)))
@@ -427,7 +455,8 @@ class _Evaluation(TaskRun):
         held.parked = parked
 
     def finish(self, ci: int, model: str, held: Held) -> None:
-        finish_held(self.store, self.cids[(model, ci)], held, self.plan.metrics[model], self.n_batches)
+        finish_held(self.store, self.cids[(model, ci)], held, self.runner.condition_metrics(model, self.plan.conditions[ci]),
+                    self.n_batches)
 
     def unit_done(self, unit: Unit, thumbs: Sequence[tuple[str, bytes, dict[str, Any]]]) -> None:
         save_thumbnails(self.store, self.run_id, thumbs)  # before the batches (see the local loop)
@@ -457,7 +486,8 @@ def _run_unit(unit: Unit) -> tuple[list[Scored], list[tuple[str, bytes, dict[str
         samples, skipped, pixels = loaded.samples, loaded.skipped, loaded.pixels
         for label, batches in needs.items():
             if b in batches:
-                item = runner._score(label, plan.models[label], plan.metrics[label], b, samples, skipped, pixels)
+                item = runner._score(label, plan.models[label], runner.condition_metrics(label, cond), b, samples,
+                                     skipped, pixels)
                 item.parts = None  # the driver decodes the states (they are what the store keeps)
                 scored.append(item)
         if b == 0:
@@ -500,3 +530,17 @@ def _predict_with_backoff(predict: Callable, model, samples: list[Sample]):
         return np.concatenate([a, b]) if isinstance(a, np.ndarray) else list(a) + list(b)
 
 
+
+
+def is_sequence_shift(name: str) -> bool:
+    """Whether the registered shift ``name`` makes perturbation sequences (ImageNet-P's ``p_*``)."""
+    return shift_info(name).role == "perturbation"
+
+
+def is_sequence_metric(name: str) -> bool:
+    """Whether metric ``name`` scores perturbation sequences (flip_prob, t5d) rather than single images."""
+    return bool(getattr(METRICS.entry(name).resolve(), "sequence", False))
+
+
+def has_sequences(spec: Spec) -> bool:
+    return any(is_sequence_shift(s.name) for s in spec.shifts)

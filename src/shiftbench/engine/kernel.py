@@ -48,7 +48,7 @@ from ..severity import Severity
 from .spec import Spec
 from . import DEFAULT_SHARD
 from .identity import run_identity
-from .pixels import DeviceBatch, tensor_path
+from .pixels import DeviceBatch, is_sequence, tensor_path
 from .provenance import git_hash, versions
 
 __all__ = ["Planned", "Plan", "plan_conditions", "spec_loader", "RunCall", "TaskRun", "run_local", "Unit", "run_units", "drive",
@@ -482,6 +482,9 @@ class Loader:
         def run(xs: list[Sample]) -> tuple[list, list]:
             params = [shift.draw_parsed(s, severity, seed) for s in xs]
             if on_device:  # drawing checks every image (size, type); the pixels are made on the device
+                if is_sequence(shift):  # what a sequence's frames are compared with, for its metrics
+                    xs = [s.replace(meta=dict(s.meta, sequence=shift.comparison(int(p["difficulty"]))))
+                          for s, p in zip(xs, params)]
                 return list(xs), params
             return list(shift.apply_batch(xs, params)), params
 

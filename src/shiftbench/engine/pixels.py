@@ -18,7 +18,12 @@ from ..sample import Sample
 from ..shifts.corruptions._torch import TORCH_CORRUPTIONS
 from .spec import PIXELS as PIXEL_MODES
 
-__all__ = ["DeviceBatch", "tensor_path", "PIXEL_MODES"]
+__all__ = ["DeviceBatch", "tensor_path", "PIXEL_MODES", "is_sequence"]
+
+
+def is_sequence(shift: Any) -> bool:
+    """Whether ``shift`` makes perturbation sequences (ImageNet-P's ``p_*``, shifts/perturbations)."""
+    return getattr(shift, "role", None) == "perturbation" and callable(getattr(shift, "frames_tensor", None))
 
 
 def takes_tensors(model: Any) -> bool:
@@ -28,9 +33,14 @@ def takes_tensors(model: Any) -> bool:
 
 def tensor_path(mode: str, shift: Any, models: Sequence[Any]) -> bool:
     """Whether a condition of ``shift`` scored by ``models`` runs its pixels on the models' device."""
-    if mode == "cpu" or shift is None or not callable(getattr(shift, "apply_tensor", None)) or not models:
+    if mode == "cpu" or shift is None or not models:
         return False
-    if shift.name not in TORCH_CORRUPTIONS or not all(takes_tensors(m) for m in models):
+    if is_sequence(shift):
+        if not type(shift).runs_on_tensors():
+            return False
+    elif not callable(getattr(shift, "apply_tensor", None)) or shift.name not in TORCH_CORRUPTIONS:
+        return False
+    if not all(takes_tensors(m) for m in models):
         return False
     if mode == "device":
         return True
@@ -64,12 +74,17 @@ class DeviceBatch:
         for positions in by_size.values():
             clean = torch.from_numpy(np.stack([self.samples[i].image for i in positions]))
             x = clean.to(device).permute(0, 3, 1, 2).contiguous()  # uint8 over the bus: 1 byte per value
-            out.append((positions, self.shift.apply_tensor(x, [self.params[i] for i in positions])))
+            params = [self.params[i] for i in positions]
+            if is_sequence(self.shift):  # (n, T, 3, h, w): each sample's frames, in order
+                out.append((positions, self.shift.frames_tensor(x, params)))
+            else:
+                out.append((positions, self.shift.apply_tensor(x, params)))
         self._shifted = {device: out}  # one device at a time: models on another device redo it
         return out
 
     def predict(self, model: Any, samples: Sequence[Sample]) -> np.ndarray:
-        """``model``'s logits for ``samples`` (all from this batch), in their order."""
+        """``model``'s logits for ``samples`` (all from this batch), in their order; for perturbation sequences
+        every frame's, sample by sample ((N x T, C), as ``Classification.predict`` gives them)."""
         wanted = [self._position[id(s)] for s in samples]
         rank = {p: k for k, p in enumerate(wanted)}
         out: np.ndarray | None = None
@@ -78,10 +93,17 @@ class DeviceBatch:
             if not keep:
                 continue
             part = x if len(keep) == len(positions) else x[keep]
-            logits = model.predict_logits_tensor(part)
+            t = part.shape[1] if part.ndim == 5 else 1
+            if part.ndim == 5:  # frames predicted len(samples) images at a time, as on the CPU path
+                flat = part.reshape(-1, *part.shape[2:])
+                logits = np.concatenate([model.predict_logits_tensor(flat[k:k + len(samples)])
+                                         for k in range(0, flat.shape[0], max(len(samples), 1))])
+            else:
+                logits = model.predict_logits_tensor(part)
             if out is None:
-                out = np.empty((len(wanted), logits.shape[1]), dtype=logits.dtype)
-            out[[rank[positions[k]] for k in keep]] = logits
+                out = np.empty((len(wanted) * t, logits.shape[1]), dtype=logits.dtype)
+            rows = np.concatenate([np.arange(rank[positions[k]] * t, rank[positions[k]] * t + t) for k in keep])
+            out[rows] = logits
         assert out is not None
         return out
 
@@ -91,6 +113,8 @@ class DeviceBatch:
         images: dict[int, np.ndarray] = {}
         for positions, x in self.groups(device):
             for k, p in enumerate(positions):
-                if p < count:
-                    images[p] = x[k].permute(1, 2, 0).cpu().numpy()
-        return [s.replace(image=images[i]) for i, s in enumerate(self.samples[:count])]
+                if p < count:  # a sequence shows its last frame, as on the CPU path
+                    images[p] = (x[k, -1] if x.ndim == 5 else x[k]).permute(1, 2, 0).cpu().numpy()
+        return [s.replace(image=images[i]) if images[i].shape == s.image.shape
+                else s.replace(image=images[i], mask=None, boxes=None, box_labels=None)  # a cropped sequence
+                for i, s in enumerate(self.samples[:count])]

@@ -23,7 +23,9 @@ from .classification import bin_index
 __all__ = ["bootstrap_ci", "bootstrap_mean", "paired_bootstrap", "mcnemar", "PairedDifference", "McNemar", "within_noise",
            "sample_statistic", "sample_statistic_batch", "SampleStatistic", "draw_counts", "resample_counts",
            "percentile_interval", "bootstrap_p_value", "ChangeTest", "bootstrap_test", "mcnemar_test", "alpha_of",
-           "MCNEMAR_TEST", "BOOTSTRAP_TEST", "check_bootstrap_args", "weighted_sums"]
+           "MCNEMAR_TEST", "BOOTSTRAP_TEST", "check_bootstrap_args", "weighted_sums", "wilson_interval",
+           "clopper_pearson_interval", "proportion_interval", "adjust_p_values", "corrected_alpha", "detectable_from_se",
+           "detectable_mcnemar", "WILSON", "CLOPPER_PEARSON", "CORRECTIONS", "POWER"]
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -433,3 +435,170 @@ def bootstrap_p_value(boots: np.ndarray) -> float | None:
     if np.all(finite == 0):
         return 1.0
     return min(1.0, 2.0 * min(float(np.mean(finite <= 0)), float(np.mean(finite >= 0))))
+
+
+# --- intervals valid at 0% and 100%, multiplicity and the smallest detectable change (issue 39) --------------
+
+WILSON = "Wilson score"
+CLOPPER_PEARSON = "exact (Clopper-Pearson)"
+CORRECTIONS = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "none"}
+POWER = 0.8
+
+
+def _z(q: float) -> float:
+    """The standard normal quantile at ``q`` (the standard library's, no scipy)."""
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(q)
+
+
+def _check_count(k: Any, n: Any, level: float) -> tuple[int, int]:
+    if not 0 < level < 1:
+        raise ShiftbenchError(f"level must be in (0, 1), got {level!r}")
+    for name, v in (("k", k), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ShiftbenchError(f"proportion interval: {name} must be an integer count, got {v!r}")
+    if n < 1 or not 0 <= k <= n:
+        raise ShiftbenchError(f"proportion interval: need 0 <= k <= n and n >= 1, got k = {k}, n = {n}")
+    return int(k), int(n)
+
+
+def wilson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson's score interval (1927) of k successes in n: the proportions p whose score test
+    ``|k/n - p| / sqrt(p (1 - p) / n) <= z`` does not reject; never zero width, inside [0, 1].
+
+    >>> [round(x, 4) for x in wilson_interval(0, 10)]
+    [0.0, 0.2775]
+    """
+    k, n = _check_count(k, n, level)
+    z = _z(1.0 - (1.0 - level) / 2.0)
+    z2 = z * z
+    centre = (k + z2 / 2.0) / (n + z2)
+    half = z / (n + z2) * math.sqrt(k * (n - k) / n + z2 / 4.0)
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k == 0 else low), (1.0 if k == n else high)
+
+
+def _binomial_cdf(log_choose: np.ndarray, k: int, n: int, p: float) -> float:
+    """P(X <= k), X ~ Binomial(n, p), 0 < p < 1, summed in log space from the log coefficients."""
+    i = np.arange(k + 1, dtype=np.float64)
+    logs = log_choose[:k + 1] + i * math.log(p) + (n - i) * math.log1p(-p)
+    top = logs.max()
+    return min(1.0, math.exp(top) * float(np.exp(logs - top).sum()))
+
+
+def clopper_pearson_interval(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """The exact (Clopper-Pearson, 1934) interval of k successes in n: the p at which P(X >= k) and
+    P(X <= k) are each (1 - level) / 2, found by bisection on the binomial tails (pure numpy; closed form at
+    k = 0 and k = n). Its coverage is at least ``level`` at every true p; never zero width.
+
+    >>> [round(x, 4) for x in clopper_pearson_interval(10, 10)]
+    [0.6915, 1.0]
+    """
+    k, n = _check_count(k, n, level)
+    tail = (1.0 - level) / 2.0
+    i = np.arange(1, n + 1, dtype=np.float64)
+    log_choose = np.concatenate([[0.0], np.cumsum(np.log((n - i + 1) / i))])  # log C(n, i), i = 0..n
+    log_choose[n] = 0.0  # C(n, n) = 1 exactly (the running sum may drift by rounding)
+
+    def root(f: Any) -> float:  # f increasing in p on (0, 1) with one sign change
+        lo, hi = 0.0, 1.0
+        for _ in range(200):
+            mid = (lo + hi) / 2.0
+            if mid in (lo, hi):
+                break
+            lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+        return (lo + hi) / 2.0
+
+    low = 0.0 if k == 0 else (tail ** (1.0 / n) if k == n else
+                              root(lambda p: (1.0 - _binomial_cdf(log_choose, k - 1, n, p)) - tail))
+    high = 1.0 if k == n else (1.0 - tail ** (1.0 / n) if k == 0 else
+                               root(lambda p: tail - _binomial_cdf(log_choose, k, n, p)))
+    return low, high
+
+
+def proportion_interval(k: int, n: int, level: float = LEVEL, method: str = "exact") -> tuple[float, float]:
+    """The interval of a proportion, ``method`` ``"exact"`` (Clopper-Pearson) or ``"wilson"``."""
+    if method == "exact":
+        return clopper_pearson_interval(k, n, level)
+    if method == "wilson":
+        return wilson_interval(k, n, level)
+    raise ShiftbenchError(f"unknown proportion interval {method!r}; expected exact or wilson")
+
+
+def adjust_p_values(p_values: Sequence[float] | np.ndarray, method: str = "holm") -> np.ndarray:
+    """p-values adjusted for a family of tests, in the given order: ``"holm"`` (Holm 1979, step-down: the
+    i-th smallest times m - i + 1, made monotone, controls the family-wise error), ``"bh"`` (Benjamini and
+    Hochberg 1995, step-up: the i-th smallest times m / i, made monotone from the top, controls the false
+    discovery rate) or ``"none"``; capped at 1. A test is significant at alpha exactly when its adjusted
+    p < alpha.
+
+    >>> adjust_p_values([0.01, 0.04, 0.03], "holm").round(3).tolist()
+    [0.03, 0.06, 0.06]
+    >>> adjust_p_values([0.01, 0.04, 0.03], "bh").round(3).tolist()
+    [0.03, 0.04, 0.04]
+    """
+    if method not in CORRECTIONS:
+        raise ShiftbenchError(f"unknown multiplicity correction {method!r}; expected one of {', '.join(CORRECTIONS)}")
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    if p.size and (not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1):
+        raise ShiftbenchError("adjust_p_values: p-values must lie in [0, 1]")
+    m = p.size
+    if method == "none" or m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    ranked = p[order]
+    rank = np.arange(1, m + 1, dtype=np.float64)
+    if method == "holm":
+        adjusted = np.maximum.accumulate(np.minimum(1.0, (m - rank + 1) * ranked))
+    else:
+        adjusted = np.minimum.accumulate(np.minimum(1.0, m / rank * ranked)[::-1])[::-1]
+    out = np.empty(m, np.float64)
+    out[order] = adjusted
+    return out
+
+
+def corrected_alpha(alpha: float, m: int, method: str = "holm") -> float:
+    """The most stringent per-test threshold of a family of m tests: alpha / m under Holm and under
+    Benjamini-Hochberg (their first step), alpha without a correction."""
+    if method not in CORRECTIONS:
+        raise ShiftbenchError(f"unknown multiplicity correction {method!r}; expected one of {', '.join(CORRECTIONS)}")
+    return alpha if method == "none" or m <= 1 else alpha / m
+
+
+def detectable_from_se(se: float, alpha: float, power: float = POWER) -> float:
+    """The smallest change a two-sided test at ``alpha`` finds with probability ``power`` when its estimate
+    has standard error ``se``: (z_{1-alpha/2} + z_power) x se (for a mean of n paired differences with SD s,
+    se = s / sqrt(n)).
+
+    >>> round(detectable_from_se(0.01, 0.05), 4)
+    0.028
+    """
+    return (_z(1.0 - alpha / 2.0) + _z(power)) * float(se)
+
+
+def detectable_mcnemar(n: int, discordance: float, alpha: float, power: float = POWER) -> float:
+    """The smallest change in accuracy McNemar's test (normal approximation, Connor 1987) finds with
+    probability ``power`` at n pairs and a share ``discordance`` of discordant pairs: the delta solving
+    ``sqrt(n) delta = z_{1-alpha/2} sqrt(psi) + z_power sqrt(psi - delta^2)``, with psi = max(discordance,
+    delta) (a change of delta needs at least that share of discordant pairs).
+
+    >>> round(detectable_mcnemar(1000, 0.2, 0.05), 4)
+    0.0396
+    """
+    if n < 1 or not 0.0 <= discordance <= 1.0:
+        raise ShiftbenchError(f"detectable_mcnemar: need n >= 1 and a discordance in [0, 1], got {n}, {discordance}")
+    za, zb, root_n = _z(1.0 - alpha / 2.0), _z(power), math.sqrt(n)
+
+    def found(delta: float) -> bool:  # the power at delta reaches ``power``
+        psi = max(discordance, delta)
+        spread = math.sqrt(max(psi - delta * delta, 0.0))
+        return root_n * delta - za * math.sqrt(psi) >= zb * spread
+
+    if not found(1.0):
+        return math.inf  # too few pairs for any change to be seen with this power
+    lo, hi = 0.0, 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        lo, hi = (lo, mid) if found(mid) else (mid, hi)
+    return hi

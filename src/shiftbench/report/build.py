@@ -24,6 +24,7 @@ import numpy as np
 
 from ..console import plural
 from ..errors import ShiftbenchError
+from ..metrics.uncertainty import CORRECTIONS
 from ..files import (in_the_way, make_folder, out_folder, read_files_record, remove_stale_temps, temp_path,
                      write_atomic)
 from ..results.artifacts import thumb_condition
@@ -38,12 +39,14 @@ from .tables import (CLEAN, Table, build_tables, condition_label, in_main_grid, 
 
 from .analysis import analysis_blocks, analysis_figures
 from .blocks import blocks_to_markdown
+from .consistency import consistency_section
 from .failure import FailureEntry, failure_blocks, failure_entries, failure_figures
 from .objectcompose import blocks_from_summary, summarise
 from .objectcompose import to_markdown as objectcompose_markdown
 from .pascal_ea import pascal_blocks, write_pascal_ea
 from .retrieval import retrieval_blocks
-from .stats import NOISE_RULE, Uncertainty
+from .stability import stability, stability_blocks
+from .stats import BOOTSTRAP_INTERVAL, NOISE_RULE, Uncertainty
 
 REPORT_RECORD = ".shiftbench-report.json"  # the files report runs wrote here: the only ones a later run replaces
 log = logging.getLogger("shiftbench.report")
@@ -60,7 +63,8 @@ class Summary(Fields):
 
 
 def build_report(store: str | os.PathLike, out: str | os.PathLike,
-                 run_id: str | list[str] | None = None, progress: Progress | None = None) -> Path:
+                 run_id: str | list[str] | None = None, progress: Progress | None = None,
+                 correction: str = "holm") -> Path:
     """Write the report of one run (default: the latest) or several runs (a list) into ``out``.
 
     Returns the path of report.html. With several runs each gets its own section, and the table and
@@ -70,8 +74,12 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
     A file of ``out`` is replaced only when an earlier report wrote it (``.shiftbench-report.json`` lists
     those): the files replaced are named in one warning; any other file in the way refuses the report
     before anything is moved, so a user's file is never replaced or removed. ``progress(done, total, label)``
-    is told of each table row given its intervals (the CLI's bar: console.Steps).
+    is told of each table row given its intervals (the CLI's bar: console.Steps). ``correction``: the multiplicity
+    correction of each headline's family of paired tests, ``holm`` (default), ``bh`` (Benjamini-Hochberg) or
+    ``none`` (report/headline.py: correct_headline), named in the report.
     """
+    if correction not in CORRECTIONS:
+        raise ShiftbenchError(f"unknown multiplicity correction {correction!r}; expected one of {', '.join(CORRECTIONS)}")
     out = out_folder(out, "report")  # "" would be the current folder
     made = make_folder(out, "report")  # an --out that cannot be made is refused before the store is read
     stage = temp_path(out / "report")
@@ -79,7 +87,7 @@ def build_report(store: str | os.PathLike, out: str | os.PathLike,
         loaded = _load(store, run_id)
         remove_stale_temps(out, recursive=False)  # a killed report's temporary folder (shiftbench's own name pattern)
         stage.mkdir()
-        _write_report(stage, loaded, progress)
+        _write_report(stage, loaded, progress, correction)
         _publish(stage, out)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
@@ -106,7 +114,7 @@ def _load(store: str | os.PathLike, run_id: str | list[str] | None) -> list[Run]
     return loaded
 
 
-def _write_report(out: Path, loaded: list[Run], progress: Progress | None = None) -> None:
+def _write_report(out: Path, loaded: list[Run], progress: Progress | None = None, correction: str = "holm") -> None:
     """The report's files, written into ``out`` (the temporary folder :func:`build_report` then publishes)."""
     sections = []
     step = _rows_step(loaded, progress)
@@ -129,6 +137,11 @@ def _write_report(out: Path, loaded: list[Run], progress: Progress | None = None
         figures = _figures(main_rows, [main] if main is not None else [], out, prefix)
         if failures:
             figures += failure_figures(failures, main.metric, out, prefix, _save)
+        summaries += _stability_summary(out, run.rows, unc, prefix)  # ImageNet-P sequences (report/stability.py)
+        consistency = consistency_section(run.samples, out, prefix, _save, seed=run.seed)  # report/consistency.py
+        if consistency is not None:
+            summaries.append(Summary(consistency.title, consistency.id, consistency.blocks))
+            figures += consistency.figures
         if run.analysis:
             blocks = analysis_blocks(run.analysis, seed=run.seed)
             if blocks:
@@ -137,7 +150,8 @@ def _write_report(out: Path, loaded: list[Run], progress: Progress | None = None
             figures += analysis_figures(run.analysis, out, prefix, _save)
         grids = _grids(run.thumbs, run.predictions, main.rows if main is not None else [], baseline)
         sections.append({"run": run, "rows": run.rows, "n": i + 1,
-                         "headline": _run_headline(run, tables, preferred, unc, failures=failures),
+                         "headline": _run_headline(run, tables, preferred, unc, failures=failures,
+                                                   correction=correction),
                          "tables": _table_views(tables, detail, main, f"run{i + 1}", main_rows),
                          "figures": figures, "grids": grids,
                          "summaries": _summary_views(summaries, f"run{i + 1}"), "spec_yaml": _yaml(run.spec),
@@ -184,6 +198,18 @@ def _failure_summary(out: Path, entries: list[FailureEntry], metric: str, prefix
     return [Summary("Failure points", f"{tag}-failure-points".lstrip("-"), blocks)]
 
 
+def _stability_summary(out: Path, rows: list[Row], unc: Uncertainty | None, prefix: str) -> list[Summary]:
+    """The Stability summary (ImageNet-P flip rates, report/stability.py) and its Markdown export, when the run
+    has perturbation sequences."""
+    blocks = stability_blocks(stability(rows, unc))
+    if not blocks:
+        return []
+    (out / f"{prefix}stability.md").write_text(
+        blocks_to_markdown([{"kind": "heading", "level": 2, "text": "Stability (ImageNet-P)"}] + blocks), encoding="utf-8")
+    tag = prefix.rstrip("_")
+    return [Summary("Stability (ImageNet-P)", f"{tag}-stability".lstrip("-"), blocks)]
+
+
 def _main_tables(run: Run, headline_only: bool = False, step: Callable[[str], None] | None = None
                  ) -> tuple[list[str], list[Row], list[Table], Uncertainty | None]:
     """A run's main tables as the report shows them: the spec's metric order, the main grid's rows, one table
@@ -204,7 +230,7 @@ def _main_tables(run: Run, headline_only: bool = False, step: Callable[[str], No
 
 
 def _run_headline(run: Run, tables: list[Table], preferred: list[str], unc: Uncertainty | None,
-                  failures: list[FailureEntry] | None = None) -> Headline | None:
+                  failures: list[FailureEntry] | None = None, correction: str = "holm") -> Headline | None:
     """The headline of a run (report/headline.py) with what the report says above it (the curation; what a
     folder written by generate holds). ``failures``: the run's failure points when already computed (else
     computed here from the per-sample values behind ``unc``, for the "breaks at" column)."""
@@ -212,14 +238,15 @@ def _run_headline(run: Run, tables: list[Table], preferred: list[str], unc: Unce
     main = headline_table(tables, preferred)
     if failures is None and unc is not None and main is not None and main.higher_is_better:
         failures = _failures(unc.samples, main, run.seed)
-    head = headline(run.rows, tables, preferred, unc, baseline=baseline or CLEAN, failures=failures)
+    head = headline(run.rows, tables, preferred, unc, baseline=baseline or CLEAN, failures=failures,
+                    correction=correction)
     for text in (generated_text(run) if baseline else "", curation_text(run.curated) if run.curated else ""):
         if head is not None and text:  # the curation first, then what a generated folder holds
             head.note = text + " " + head.note
     return head
 
 
-def run_headline(store: str | os.PathLike, run_id: str | None = None) -> Headline | None:
+def run_headline(store: str | os.PathLike, run_id: str | None = None, correction: str = "holm") -> Headline | None:
     """The headline of one run of ``store`` (default: the latest), the very one its report shows, from the
     store alone (``shiftbench evaluate`` prints it when the run ends; report/terminal.py draws it); None for
     a run without results."""
@@ -227,7 +254,7 @@ def run_headline(store: str | os.PathLike, run_id: str | None = None) -> Headlin
     if not run.rows:
         return None
     preferred, _, tables, unc = _main_tables(run, headline_only=True)
-    return _run_headline(run, tables, preferred, unc)
+    return _run_headline(run, tables, preferred, unc, correction=correction)
 
 
 def _earlier_report(out: Path) -> set[str]:
@@ -420,14 +447,15 @@ def _cell_title(t: Table, row: str, model: str, counts: dict | None = None) -> s
     parts = [_n_text(ns, model == "mean")]
     low, high = getattr(cell, "low", None), getattr(cell, "high", None)
     if low is not None and high is not None:
-        parts.append(f"95% CI [{t.fmt(low)}, {t.fmt(high)}]")
+        kind = getattr(cell, "interval", None)
+        parts.append(f"95% CI [{t.fmt(low)}, {t.fmt(high)}]" + (f" ({kind})" if kind and kind != BOOTSTRAP_INTERVAL else ""))
     dlow, dhigh = getattr(cell, "delta_low", None), getattr(cell, "delta_high", None)
     test = getattr(cell, "test", None) or "paired test"
     if row != CLEAN and dlow is not None and dhigh is not None:
         parts.append(f"change 95% CI [{t.fmt(dlow, signed=True)}, {t.fmt(dhigh, signed=True)}] ({test})")
     p = getattr(cell, "p_value", None)
     if row != CLEAN and p is not None:
-        parts.append(f"p = {p:.3g} against clean ({test})")
+        parts.append(f"p = {p:.3g} against clean ({test}; uncorrected for multiplicity)")
     if row != CLEAN and getattr(cell, "noise", None):
         parts.append("≈ within noise (p >= 0.05)")
     return "; ".join(parts)

@@ -21,11 +21,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Sequence
 
 from ..condition import Condition, params_key
+from ..errors import ShiftbenchError
 from ..metrics.robustness import IMAGENET_C_CORRUPTIONS, mean_corruption_error, relative_mean_corruption_error
+from ..metrics.uncertainty import (CORRECTIONS, MCNEMAR_TEST, POWER, adjust_p_values, alpha_of, corrected_alpha,
+                                   detectable_from_se, detectable_mcnemar)
 from ..registry import shift_info
 from ..results.records import Row
 from ..severity import canonical
@@ -34,10 +37,13 @@ from .failure import FRACTION, BreaksAt, FailureEntry, breaks_at, breaks_at_text
 from .objectcompose import (ATTACKS, CONTROLS, CUSTOM_FAMILIES, NATURAL_FAMILIES, ROLE_GROUPS, SYNTHETIC_FAMILIES,
                             family_of, role_of)
 from .pascal_ea import attribute_value
+from .stability import stability
+from .stats import BOOTSTRAP_INTERVAL, NOISE_LEVEL
 from .tables import CLEAN, Table, fmt
 
 __all__ = ["natural_key", "order_tables", "headline_table", "headline", "imagenet_c_coverage", "NATURAL_FAMILIES",
-           "SYNTHETIC_FAMILIES", "CONTROLS", "ATTACKS", "Headline", "HeadCell", "Column"]
+           "SYNTHETIC_FAMILIES", "CONTROLS", "ATTACKS", "Headline", "HeadCell", "Column", "Detectable",
+           "correct_headline", "planned_detectable"]
 
 # ObjectCompose families in the headline's order: natural scenes, synthetic (colour, texture) backgrounds,
 # custom prompts, then the two masking controls and the attack, never mixed (report.objectcompose's roles)
@@ -110,6 +116,12 @@ class HeadCell:
     note: str = ""  # a hover line after n (mCE: over how many corruptions)
     higher_is_better: bool = True
     change: str = "the change"  # what delta_low..delta_high bound (γ@10: the paired change in R@10)
+    interval: str | None = None  # which 95% interval low/high is (report.stats: bootstrap or exact Clopper-Pearson)
+    se: float | None = None  # the change's bootstrap standard error (what the detectable change rests on)
+    discordance: float | None = None  # share of discordant pairs (right/wrong pairs, McNemar)
+    p_adjusted: float | None = None  # p adjusted for the headline's family of tests (None: no correction)
+    correction: str | None = None  # "Holm over 12 tests", "no correction over 12 tests" (headline's family)
+    detectable: float | None = None  # smallest change found with 80% power at n and the corrected alpha
 
     @classmethod
     def of(cls, stats: dict[str, Any] | None, keep: Sequence[str] = (), **fields: Any) -> HeadCell:
@@ -140,15 +152,39 @@ class HeadCell:
     def _mark(self, text: str) -> str:
         return text + (" ≈" if self.noise else "")
 
+    def _value_ci_line(self, ci: str) -> str:
+        shown = "bootstrap" if self.interval in (None, BOOTSTRAP_INTERVAL) else self.interval
+        return f"95% {shown} CI of the value {ci}"
+
+    def _adjusted(self) -> str:
+        """"; Holm-adjusted p = 0.12 (Holm over 12 tests)", "" without a correction."""
+        if self.p_adjusted is None or not self.correction:
+            return ""
+        return f"; {self.correction.split(' over ')[0]}-adjusted p = {self.p_adjusted:.3g} ({self.correction})"
+
+    def _noise_rule(self) -> str:
+        """Which p the ≈ mark reads: the adjusted one under a correction, else the test's own."""
+        return (f"{self.correction.split(' over ')[0]}-adjusted p >= 0.05" if self.p_adjusted is not None
+                and self.correction else "p >= 0.05" + (f", uncorrected ({self.correction})" if self.correction else ""))
+
+    def _detectable_line(self) -> list[str]:
+        if self.detectable is None:
+            return []
+        size = "none at this n" if math.isinf(self.detectable) else fmt(self.detectable, self.percent)
+        return [f"smallest change its test finds with {POWER:.0%} power at this n: {size}"
+                + (" points" if self.percent and not math.isinf(self.detectable) else "")]
+
     def _parts(self) -> tuple[str, str, str, str]:
         """(text, ci, title, cls): "value (change)", the CI line, the hover with n and the test, the colour."""
         test, ci = self.test or "paired test", self._interval(self.low, self.high)
         lines = [self.what, _n_line(self.n)] + ([self.note] if self.note else [])
-        lines += [f"95% bootstrap CI of the value {ci}"] if ci else []
+        lines += [self._value_ci_line(ci)] if ci else []
         if self.delta_low is not None and self.delta_high is not None:
             lines.append(f"95% CI of {self.change} {self._interval(self.delta_low, self.delta_high, True)} ({test})")
-        lines += [f"p = {self.p_value:.3g} ({test}, against clean)"] if self.p_value is not None else []
-        lines += [f"≈: within noise, p >= 0.05 ({test})"] if self.noise else []
+        lines += ([f"p = {self.p_value:.3g} ({test}, against clean){self._adjusted()}"]
+                  if self.p_value is not None else [])
+        lines += [f"≈: within noise, {self._noise_rule()} ({test})"] if self.noise else []
+        lines += self._detectable_line()
         change = f" ({fmt(self.delta, self.percent, True)})" if self.delta is not None else ""
         cls = ("noise" if self.noise else "" if self.delta is None or self.delta == 0
                else "down" if (self.delta < 0) == self.higher_is_better else "up")
@@ -173,8 +209,9 @@ class GapCell(HeadCell):
         if self.low is not None:
             lines.append(f"95% CI {ci} ({test})")
             if self.p_value is not None:
-                lines.append(f"p = {self.p_value:.3g} ({test}, Mixed-Same against Mixed-Rand)")
-        lines += [f"≈: the gap is within noise, p >= 0.05 ({test})"] if self.noise else []
+                lines.append(f"p = {self.p_value:.3g} ({test}, Mixed-Same against Mixed-Rand){self._adjusted()}")
+        lines += [f"≈: the gap is within noise, {self._noise_rule()} ({test})"] if self.noise else []
+        lines += self._detectable_line()
         cls = "noise" if self.noise else "down" if self.value > 0 else "up" if self.value < 0 else ""
         return self._mark(fmt(self.value, self.percent, True)), ci, "; ".join(lines), cls
 
@@ -188,8 +225,9 @@ class PairCell(HeadCell):
             return "–", "", "", ""
         ci, p = self._interval(self.low, self.high, signed=True), self.p_value
         title = (f"{self.what}: paired over n = {self.n} samples" + (f"; 95% CI {ci}" if ci else "")
-                 + (f", p = {p:.3g}" if p is not None else "") + f" ({self.test or 'paired test'})"
-                 + ("; ≈ within noise, p >= 0.05" if self.noise else ""))
+                 + (f", p = {p:.3g}" if p is not None else "") + f" ({self.test or 'paired test'})" + self._adjusted()
+                 + (f"; ≈ within noise, {self._noise_rule()}" if self.noise else "")
+                 + "".join(f"; {line}" for line in self._detectable_line()))
         cls = "noise" if self.noise else "up" if self.value > 0 else "down" if self.value < 0 else ""
         return self._mark(fmt(self.value, self.percent, True)), ci, title, cls
 
@@ -220,6 +258,8 @@ class BreaksCell(HeadCell):
 
 
 Column = NamedTuple("Column", [("group", str), ("head", str), ("title", str)])
+# a headline column's smallest detectable change, as shown under the models: its text and hover
+Detectable = NamedTuple("Detectable", [("text", str), ("title", str)])
 HeadRow = NamedTuple("HeadRow", [("model", str), ("n", "int | None"), ("cells", "list[HeadCell]")])
 PairRow = NamedTuple("PairRow", [("label", str), ("cells", "list[HeadCell]")])  # label: ``b − a``
 # each model against the run's first on the same samples: one row per model, one cell per column
@@ -240,6 +280,8 @@ class Headline:
     rows: list[HeadRow]
     note: str
     pairs: Pairs | None = None
+    detectable: list[Detectable] | None = None  # per column: the smallest change its tests find (None: no tests)
+    correction: str = "holm"  # the multiplicity correction of the family of its tests (CORRECTIONS)
 
 
 def _conditions(rows: Sequence[Row]) -> list[Condition]:
@@ -325,12 +367,16 @@ def _text_shift(name: str) -> bool:
 
 
 def headline(rows: Sequence[Row], tables: Sequence[Table], preferred: Sequence[str], unc: Any = None,
-             baseline: str = CLEAN, failures: Sequence[FailureEntry] | None = None) -> Headline | None:
+             baseline: str = CLEAN, failures: Sequence[FailureEntry] | None = None,
+             correction: str = "holm") -> Headline | None:
     """The headline of one run (:class:`Headline`); columns that do not apply to the run are left out.
     ``baseline``: what the unshifted condition is called, ``clean`` unless the run read a folder written by
     generate (then the shift and severity it was made under, report/build.py). ``failures``: the run's
     failure points of the headline metric (``report.failure.failure_entries``); with a corruption curve
-    among them, a last column "breaks at" gives each model's earliest point over the corruptions."""
+    among them, a last column "breaks at" gives each model's earliest point over the corruptions.
+    ``correction``: how the family of its paired tests is corrected for multiplicity (:func:`correct_headline`)."""
+    if correction not in CORRECTIONS:
+        raise ShiftbenchError(f"unknown multiplicity correction {correction!r}; expected one of {', '.join(CORRECTIONS)}")
     main = headline_table(tables, preferred)
     if main is None:
         return None
@@ -346,6 +392,9 @@ def headline(rows: Sequence[Row], tables: Sequence[Table], preferred: Sequence[s
     columns = _columns(main, groups, bool(corr_top1), gamma_sets)
     cue_controls = _cue_controls(rows, metric)
     columns += [Column(group, head, title) for _, group, head, title in cue_controls]
+    stable = {e.model: e for e in stability(rows, unc)}  # ImageNet-P's mFR and mT5D (report/stability.py)
+    if stable:
+        columns += _STABILITY_COLUMNS
     # "breaks at": for a higher-is-better metric with a corruption curve
     breaks = bool(failures) and main.higher_is_better and any(breaks_at(failures, m) is not None for m in main.models)
     if breaks:
@@ -364,20 +413,54 @@ def headline(rows: Sequence[Row], tables: Sequence[Table], preferred: Sequence[s
             cells += _mce_cells(model, corr_top1, rows)
         cells += [_gamma_cell(model, label, sel, unc) for label, sel in gamma_sets]
         cells += [_cue_cell(model, key, head, rows, unc) for key, _, head, _ in cue_controls]
+        if stable:
+            cells += _stability_cells(stable.get(model))
         if breaks:
             cells.append(BreaksCell.at(failures or [], model, metric))
         out_rows.append(HeadRow(model, clean_cell.n if clean_cell else None, cells))
     if baseline != CLEAN:
         columns[0] = Column(baseline, columns[0].head, f"{metric}{unit} on the data as read: {baseline}")
     columns, spans = _keep_groups_together(columns, out_rows)
-    ci = (" Second line: 95% bootstrap CI of the value; ≈ marks a change within noise, p >= 0.05 in its paired "
-          "test (hover a cell for the test, its p and its CI of the change)." if unc is not None
+    ci = (" Second line: 95% CI of the value (percentile bootstrap; for a proportion under one condition the exact "
+          "Clopper-Pearson interval, named on hover); ≈ marks a change within noise in its paired test (hover a "
+          "cell for the test, its p and its CI of the change)." if unc is not None
           else " No per-sample values in this store: no confidence intervals.")
     note = (f"One line per model. Each cell: {metric}{unit} and, in brackets, its change against clean "
             f"(shifted minus clean: negative is worse for a higher-is-better metric), mean over the column's "
             f"conditions and severities; n = samples per condition (hover a cell for details).{ci}"
-            + _mce_note(coverage) + (_BREAKS_NOTE if breaks else "") + (_CUE_NOTE if cue_controls else ""))
-    return Headline(metric, spans, columns, out_rows, note, _pairs(main.models, metric, pct, rows, groups, unc))
+            + _mce_note(coverage) + (_BREAKS_NOTE if breaks else "") + (_CUE_NOTE if cue_controls else "")
+            + (_STABILITY_NOTE if stable else ""))
+    head = Headline(metric, spans, columns, out_rows, note, _pairs(main.models, metric, pct, rows, groups, unc),
+                    correction=correction)
+    return correct_headline(head, correction) if unc is not None else head
+
+
+_STABILITY_COLUMNS = [
+    Column("stability (ImageNet-P)", "mFR", "mean flip rate over the run's ImageNet-P perturbation sequences at "
+           "difficulty 1: 100 x the flip probability / AlexNet's, averaged (lower is more stable; AlexNet = 100)"),
+    Column("stability (ImageNet-P)", "mT5D", "mean top-5 distance over the run's ImageNet-P perturbation sequences "
+           "at difficulty 1: 100 x the top-5 distance / AlexNet's, averaged (lower is more stable; AlexNet = 100)")]
+_STABILITY_NOTE = (" mFR, mT5D (Hendrycks and Dietterich, ICLR 2019): how often the prediction flips, and how far "
+                   "its top 5 moves, along ImageNet-P's perturbation sequences, each perturbation normalised by "
+                   "AlexNet's published figure (= 100); over all ten perturbations these are the published mFR and "
+                   "mT5D, over fewer the mean of those the run has (hover; every perturbation in Stability).")
+
+
+def _stability_cells(entry: Any) -> list[HeadCell]:
+    """A model's mFR and mT5D cells (shown as x / 100 percentages: 58.0 reads as 58.0)."""
+    out = []
+    for what, stat in (("mFR", None if entry is None else entry.mfr), ("mT5D", None if entry is None else entry.mt5d)):
+        if stat is None or stat.value is None:
+            out.append(HeadCell(percent=True, what=what, higher_is_better=False))
+            continue
+        scale = (lambda v: None if v is None else v / 100.0)
+        covered = entry.covered
+        note = ("over all 10 ImageNet-P perturbations (the published protocol)" if len(covered) == 10 else
+                f"over {len(covered)} of ImageNet-P's 10 perturbations: {', '.join(covered)}")
+        out.append(HeadCell(scale(stat.value), scale(stat.low), scale(stat.high), n=stat.n, percent=True,
+                            what=f"{what} (lower is more stable; AlexNet = 100), sequences per perturbation",
+                            note=note, higher_is_better=False))
+    return out
 
 
 _BREAKS_NOTE = (" Breaks at: each model's earliest failure point over the run's corruptions, the severity (1..5) "
@@ -464,7 +547,7 @@ def _family_cells(model: str, main: Table, groups: Sequence[_Group], unc: Any, f
     clean_cell = main.cells.get((CLEAN, model))
     clean = clean_cell.value if clean_cell else None
     cells = [HeadCell(clean, *((clean_cell.low, clean_cell.high, clean_cell.n) if clean_cell else ()),
-                      percent=pct, what=first)]
+                      percent=pct, what=first, interval=clean_cell.interval if clean_cell else None)]
     has = unc is not None and unc.has(model, metric)
     for g in groups:
         if g.key == "bg_gap":
@@ -576,3 +659,126 @@ def _mce_cells(model: str, corr: Sequence[Row], rows: Sequence[Row]) -> list[Hea
                     what="relative mCE (lower is better)") if errors and clean and clean.value is not None
            else HeadCell(n=n, percent=True, what="relative mCE"))
     return [mce, rel]
+
+
+# -- multiplicity and the smallest detectable change (issue 39) ---------------------------------------------------
+
+_CORRECTION_NOTES = {
+    "holm": "Holm's step-down correction (controls the chance of any false 'changed' among them at 5%)",
+    "bh": "the Benjamini-Hochberg correction (controls the expected share of false 'changed' among those "
+          "found at 5%)",
+    "none": "no multiplicity correction (--correction none: each test at 5% on its own)"}
+
+
+def correct_headline(head: Headline, method: str = "holm") -> Headline:
+    """Correct the headline's paired tests for multiplicity and give each its smallest detectable change.
+
+    The family is every test the headline shows (each column's change against clean per model, the BG-Gap,
+    each model against the first): their p-values are adjusted together (``adjust_p_values``: Holm, Benjamini-
+    Hochberg or none); each cell keeps its raw ``p_value``, gets ``p_adjusted`` and ``correction``, and ≈ follows
+    p_adjusted >= 0.05 (the raw p without a correction). Each tested cell also gets ``detectable``: the change its
+    test finds with 80% power at its n and the most stringent corrected alpha, 0.05 / m (McNemar's normal
+    approximation on the observed discordance for right/wrong pairs, else (z + z) x the bootstrap standard error);
+    ``head.detectable`` gives each column's range over the models. Cells are replaced, ``head`` returned."""
+    alpha = alpha_of(NOISE_LEVEL)
+    grids = [r.cells for r in head.rows] + ([r.cells for r in head.pairs.rows] if head.pairs else [])
+    where = [(cells, i) for cells in grids for i, c in enumerate(cells) if c.p_value is not None]
+    m = len(where)
+    if not m:
+        head.correction = method
+        return head
+    adjusted = adjust_p_values([cells[i].p_value for cells, i in where], method)
+    alpha_m = corrected_alpha(alpha, m, method)
+    label = f"{CORRECTIONS[method] if method != 'none' else 'no correction'} over {m} test{'s' if m != 1 else ''}"
+    for (cells, i), p_adj in zip(where, adjusted):
+        c = cells[i]
+        noise = bool(p_adj >= alpha) if method != "none" else c.noise
+        cells[i] = replace(c, p_adjusted=None if method == "none" else float(p_adj), noise=noise, correction=label,
+                           detectable=_detectable(c, alpha_m))
+    head.correction = method
+    head.detectable = _detectable_row(head, alpha_m, label)
+    if head.pairs and method != "none":
+        head.pairs = head.pairs._replace(note=head.pairs.note.replace(
+            "≈ = within noise, p >= 0.05.", f"≈ = within noise, {CORRECTIONS[method]}-adjusted p >= 0.05 (the "
+            f"headline's family of {m} tests; the CI is the test's own 95% interval)."))
+    head.note += (f" Multiplicity: the {m} paired tests of this headline (each column's change against clean per "
+                  f"model{', the BG-Gap' if any(isinstance(c, GapCell) for r in head.rows for c in r.cells) else ''}"
+                  f"{', each model against the first' if head.pairs else ''}) are one family, under "
+                  f"{_CORRECTION_NOTES[method]}; ≈ follows the {'adjusted' if method != 'none' else 'raw'} p (hover: "
+                  f"raw and adjusted p), while each CI stays the test's own 95% interval. Detectable: the "
+                  f"smallest change each column's test finds with {POWER:.0%} power at the run's n, two-sided at "
+                  f"alpha = 0.05 / {m} (the correction's strictest step), the range over the models; a change "
+                  "within noise that is smaller than it may be a real one the run has too few images to see.")
+    return head
+
+
+def _detectable(cell: HeadCell, alpha: float) -> float | None:
+    """A tested cell's smallest detectable change at ``alpha``: McNemar's (normal approximation) from its
+    discordance when its test is McNemar's, else from its standard error; None without either."""
+    if cell.change != HeadCell.change:
+        return None  # γ@10: its test is on R@10, in other units than the column shows
+    if cell.discordance is not None and cell.test == MCNEMAR_TEST and cell.n:
+        return detectable_mcnemar(int(cell.n), cell.discordance, alpha)
+    if cell.se is not None and math.isfinite(cell.se) and cell.se > 0:
+        return detectable_from_se(cell.se, alpha)
+    return None  # no spread seen (every pair equal): the data give no standard error to size a change by
+
+
+def _detectable_row(head: Headline, alpha: float, label: str) -> list[Detectable]:
+    """Per headline column: the range over the models of their cells' smallest detectable changes, and its hover
+    (each model's, with what it rests on); "–" where no cell of the column is tested."""
+    out = []
+    for j, column in enumerate(head.columns):
+        found = [(r.model, r.cells[j]) for r in head.rows if j < len(r.cells) and r.cells[j].detectable is not None]
+        if not found:
+            out.append(Detectable("–", ""))
+            continue
+        pct = found[0][1].percent
+        values = [c.detectable for _, c in found]
+        lo, hi = min(values), max(values)
+
+        def show(v: float) -> str:
+            return "∞" if math.isinf(v) else fmt(v, pct)
+
+        text = "±" + (show(lo) if show(lo) == show(hi) else f"{show(lo)}–{show(hi)}")
+        each = "; ".join(f"{model}: ±{show(c.detectable)}" + (
+            f" (McNemar, {c.discordance:.1%} of pairs discordant, n = {c.n})" if c.test == MCNEMAR_TEST
+            and c.discordance is not None else " (from the bootstrap standard error)") for model, c in found)
+        out.append(Detectable(text, f"{column.head}: smallest change of the column's test"
+                              f"{' (points)' if pct else ''} found with {POWER:.0%} power, two-sided at alpha = "
+                              f"{alpha:.3g} ({label}); {each}"))
+    return out
+
+
+PLANNED_DISCORDANCE = (0.1, 0.2, 0.3)  # shares of images changing between right and wrong, assumed before a run
+
+
+def planned_detectable(n: int, models: int, shifts: int, metrics: Sequence[str], correction: str = "holm") -> str:
+    """What a planned run of n images can see, for ``shiftbench evaluate --dry-run`` (no data yet, so stated under
+    assumptions): the headline's family is at most m = models x shifts changes against clean plus (models - 1) x
+    (shifts + 1) model comparisons, tested two-sided at 0.05 / m; top-1/top-5 (McNemar) at 10%, 20% and 30% of
+    images discordant, any other metric as a multiple of the SD of its paired per-image differences.
+
+    >>> planned_detectable(1000, 1, 1, ["top1"], "none")
+    'smallest detectable change at n = 1000 (80% power, two-sided at alpha = 0.05): top1: ±2.8 / 4.0 / 4.8 points if 10% / 20% / 30% of the images change between right and wrong (McNemar)'
+    """
+    if correction not in CORRECTIONS:
+        raise ShiftbenchError(f"unknown multiplicity correction {correction!r}; expected one of {', '.join(CORRECTIONS)}")
+    m = max(1, models * shifts + (models - 1) * (shifts + 1))
+    alpha = corrected_alpha(alpha_of(NOISE_LEVEL), m, correction)
+    family = ("" if correction == "none" or m == 1 else
+              f" = 0.05 / {m}: {CORRECTIONS[correction]}'s strictest step over at most {m} headline tests")
+    parts = []
+    binary = [x for x in metrics if x in ("top1", "top5")]
+    if binary:
+        sizes = " / ".join(f"{100 * detectable_mcnemar(n, psi, alpha):.1f}" for psi in PLANNED_DISCORDANCE)
+        shares = " / ".join(f"{psi:.0%}" for psi in PLANNED_DISCORDANCE)
+        parts.append(f"{', '.join(binary)}: ±{sizes} points if {shares} of the images change between right and wrong "
+                     "(McNemar)")
+    others = [x for x in metrics if x not in ("top1", "top5")]
+    if others or not parts:
+        per_sd = detectable_from_se(1.0 / math.sqrt(n), alpha)
+        parts.append(f"{', '.join(others) if others else 'a metric'}: ±{per_sd:.3g} x the SD of its paired per-image "
+                     "differences")
+    return (f"smallest detectable change at n = {n} ({POWER:.0%} power, two-sided at alpha = "
+            f"{alpha:.3g}{family}): " + "; ".join(parts))

@@ -37,17 +37,23 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..errors import ShiftbenchError
-from ..metrics.uncertainty import (ChangeTest, SampleStatistic, bootstrap_test, mcnemar_test, percentile_interval,
-                                   resample_counts)
+from ..metrics.uncertainty import (CLOPPER_PEARSON, ChangeTest, SampleStatistic, bootstrap_test, clopper_pearson_interval,
+                                   mcnemar_test, percentile_interval, resample_counts)
 from ..condition import Condition, params_key
 from ..severity import Severity, canonical
 from ..severity import label as severity_label
 from .tables import CLEAN, Table, condition_label
 
-__all__ = ["Uncertainty", "MCNEMAR_METRICS", "NOISE_RULE", "NOISE_LEVEL"]
+__all__ = ["Uncertainty", "MCNEMAR_METRICS", "PROPORTION_METRICS", "NOISE_RULE", "NOISE_LEVEL", "BOOTSTRAP_INTERVAL",
+           "EDGE_INTERVAL"]
 
 # right/wrong per sample: a single condition against clean (or two models) gets McNemar's exact test
 MCNEMAR_METRICS = ("top1", "top5")
+# means of per-sample values in [0, 1] that are proportions (issue 39): a single condition's 0/1 values get the
+# exact binomial interval; where the bootstrap collapses at 0% or 100% the exact bound at n replaces it
+PROPORTION_METRICS = ("top1", "top5", "flip_prob")
+BOOTSTRAP_INTERVAL = "percentile bootstrap"
+EDGE_INTERVAL = CLOPPER_PEARSON + " bound, every value at the edge"
 NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the change's test
 # the rule as every explanation of ≈ states it (How to read this, tables.md, hover texts)
 NOISE_RULE = ("exact McNemar where the change compares right/wrong outcomes (top-1, top-5) of one condition "
@@ -182,6 +188,29 @@ class Uncertainty:
         None when a condition has no per-sample values."""
         return self._aggregate([model], metric, conditions, against_clean)
 
+    def weighted(self, model: str, metric: str, terms: list[tuple[Condition, float]]) -> dict | None:
+        """``sum(weight x the statistic under condition)`` for one model (mFR: AlexNet's normalisers as weights,
+        report/stability.py) with its 95% percentile bootstrap interval, the ids resampled jointly across the
+        conditions (one draw for all of them): ``{"value", "low", "high", "n"}``; None without per-sample values."""
+        if not terms:
+            return None
+        weights: dict[tuple, float] = {}
+        for cond, w in terms:
+            key = _canonical([cond])[0]
+            weights[(key.shift, key.params_key, key.severity)] = float(w)
+        conds = _canonical([c for c, _ in terms])
+        entries = [self._entry(model, metric, c) for c in conds]
+        if any(e is None for e in entries) or len({e.kind for e in entries}) != 1:
+            return None
+        res = self._bootstrap(conds, [_Term(weights[(c.shift, c.params_key, c.severity)], e)
+                                      for c, e in zip(conds, entries)])
+        if res is None:
+            return None
+        value, boots, n = res
+        interval = percentile_interval(boots, self.level)
+        return {"value": value, "low": interval[0] if interval else None, "high": interval[1] if interval else None,
+                "n": n}
+
     def compare(self, model_a: str, model_b: str, metric: str, conditions: list[Condition]) -> dict | None:
         """Paired difference ``b - a`` over the sample ids both models have under each condition:
         ``{"diff", "low", "high", "p_value", "n", "noise", "test"}`` (the interval, p and noise of one test,
@@ -198,7 +227,8 @@ class Uncertainty:
         if res is None:
             return None
         diff, boots, n = res
-        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, (ea[0], eb[0]) if k == 1 else None))}
+        pair = (ea[0], eb[0]) if k == 1 else None
+        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, pair)), **self._spread(metric, boots, pair)}
 
     def contrast(self, models: list[str], metric: str, plus: list[Condition], minus: list[Condition]) -> dict | None:
         """Paired difference, within the same models, of the mean over the ``plus`` conditions minus the mean
@@ -224,7 +254,7 @@ class Uncertainty:
             return None
         diff, boots, n = res
         pair = (em[models[0]][0], ep[models[0]][0]) if len(models) == 1 and len(cp) == 1 and len(cm) == 1 else None
-        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, pair))}
+        return {"diff": diff, "n": n, **_test_fields(self._test(metric, boots, pair)), **self._spread(metric, boots, pair)}
 
     def annotate(self, table: Table, step: Callable[[str], None] | None = None) -> None:
         """Fill low/high (and, off clean, delta_low/delta_high/p_value/noise) of every cell of ``table``
@@ -271,13 +301,13 @@ class Uncertainty:
         res = self._bootstrap(conds, value_terms)
         if res is None:
             return None
-        value, boots, _ = res
-        interval = percentile_interval(boots, self.level)
+        value, boots, ids = res
+        interval, name = self._value_interval(metric, value, boots, ids, [e for es in entries.values() for e in es])
         out: dict[str, Any] = {"value": value, "low": interval[0] if interval else None,
                                "high": interval[1] if interval else None,
                                "n": max(e.pos.size for es in entries.values() for e in es),
                                "delta": None, "delta_low": None, "delta_high": None, "p_value": None, "noise": None,
-                               "test": None}
+                               "test": None, "interval": name if interval else None, "se": None, "discordance": None}
         is_clean = all(c.shift == CLEAN for c in conds)
         if not against_clean or is_clean:
             return out
@@ -299,7 +329,34 @@ class Uncertainty:
         pair = (cleans[with_clean[0]], entries[with_clean[0]][0]) if len(with_clean) == 1 and len(conds) == 1 else None
         test = _test_fields(self._test(metric, dboots, pair))
         out.update(delta=delta, delta_low=test["low"], delta_high=test["high"], p_value=test["p_value"],
-                   noise=test["noise"], test=test["test"])
+                   noise=test["noise"], test=test["test"], **self._spread(metric, dboots, pair))
+        return out
+
+    def _value_interval(self, metric: str, value: float, boots: np.ndarray, ids: int,
+                        entries: list[_Entry]) -> tuple[tuple[float, float] | None, str]:
+        """A value's 95% interval and its name. A proportion (``PROPORTION_METRICS``, per-sample values in [0, 1])
+        of one model under one condition with 0/1 values gets the exact Clopper-Pearson interval of k right in n
+        (coverage at least 95% at every accuracy, 0% and 100% included); any other cell the percentile bootstrap,
+        except where that collapses at 0% or 100% (every value at the edge): then the exact bound at n ids, valid
+        for any values in [0, 1] (P(all n at 1) <= mean^n). Never a zero-width interval at 0/n or n/n."""
+        if metric in PROPORTION_METRICS and all(e.kind == "mean" for e in entries):
+            if len(entries) == 1 and entries[0].values.ndim == 1 and np.isin(entries[0].values, (0.0, 1.0)).all():
+                v = entries[0].values
+                return clopper_pearson_interval(int(np.count_nonzero(v)), int(v.size), self.level), CLOPPER_PEARSON
+            finite = boots[np.isfinite(boots)]
+            if finite.size and value in (0.0, 1.0) and np.all(finite == value):
+                return clopper_pearson_interval(int(value) * ids, ids, self.level), EDGE_INTERVAL
+        return percentile_interval(boots, self.level), BOOTSTRAP_INTERVAL
+
+    def _spread(self, metric: str, boots: np.ndarray, pair: tuple[_Entry, _Entry] | None) -> dict[str, Any]:
+        """What the smallest detectable change rests on (report.headline): ``se``, the standard deviation of the
+        resampled changes (the bootstrap's standard error), and for a right/wrong pair ``discordance``, the share
+        of its pairs that disagree (McNemar's)."""
+        finite = boots[np.isfinite(boots)]
+        out = {"se": float(np.std(finite, ddof=1)) if finite.size > 1 else None, "discordance": None}
+        values = self._right_wrong(metric, *pair) if pair is not None else None
+        if values is not None:
+            out["discordance"] = float(np.mean(values[0] != values[1]))
         return out
 
     def _test(self, metric: str, boots: np.ndarray, pair: tuple[_Entry, _Entry] | None) -> ChangeTest | None:
@@ -314,6 +371,11 @@ class Uncertainty:
 
     def _mcnemar(self, metric: str, a: _Entry, b: _Entry) -> ChangeTest | None:
         """Exact McNemar test of b against a, two right/wrong conditions on their shared ids (top-1/top-5 only)."""
+        values = self._right_wrong(metric, a, b)
+        return None if values is None else mcnemar_test(*values, self.level)
+
+    def _right_wrong(self, metric: str, a: _Entry, b: _Entry) -> tuple[np.ndarray, np.ndarray] | None:
+        """The paired right/wrong values of a and b on their shared ids (top-1/top-5 only), None otherwise."""
         if metric not in MCNEMAR_METRICS or a.kind != "mean" or b.kind != "mean":
             return None
         if a.pos is b.pos:
@@ -325,7 +387,7 @@ class Uncertainty:
             return None
         if not (np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()):
             return None
-        return mcnemar_test(x, y, self.level)
+        return x, y
 
     def _bootstrap(self, conds: list[Condition], terms: list[_Term]) -> tuple[float, np.ndarray, int] | None:
         """Point estimate, ``n_boot`` resampled values and the number of ids of ``sum(coef x statistic)``,
@@ -486,3 +548,4 @@ def _fill(cell: Any, res: dict | None) -> None:
     cell.low, cell.high = res["low"], res["high"]
     cell.delta_low, cell.delta_high = res["delta_low"], res["delta_high"]
     cell.p_value, cell.noise, cell.test = res["p_value"], res["noise"], res.get("test")
+    cell.interval = res.get("interval")

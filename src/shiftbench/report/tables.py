@@ -77,6 +77,7 @@ class Cell:
     p_value: float | None = None  # paired test of value against clean (McNemar for top1/top5 on one condition, else bootstrap)
     noise: bool | None = None  # True when p >= 0.05 (the delta interval then holds 0): the change is within noise
     test: str | None = None  # the test that gave p_value, noise and the delta interval (report.stats)
+    interval: str | None = None  # which 95% interval low/high is (report.stats: bootstrap or exact Clopper-Pearson)
 
 
 @dataclass
@@ -259,6 +260,6 @@ def to_latex(table: Table) -> str:
     lines += [r"\bottomrule", r"\end{tabular}",
               rf"\caption{{{tex_escape(table.metric)}{unit} {arrow}; in brackets the change against clean "
               r"(shifted minus clean); $\approx$: within noise, $p \geq 0.05$ (exact McNemar for top-1/top-5 on one "
-              r"condition, else paired bootstrap).}}",
+              r"condition, else paired bootstrap; uncorrected for multiplicity, unlike the headline).}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"

@@ -38,6 +38,9 @@ def print_headline(console: Any, head: Headline, title: str) -> None:
         table.add_column(Text(_head(c, "\n")), justify="right", no_wrap=True)
     for row in head.rows:
         table.add_row(Text(str(row.model)), *(Text(_cell(cell, "\n")) for cell in row.cells))
+    if head.detectable:
+        table.add_section()
+        table.add_row(Text("detectable\n(80% power)"), *(Text(d.text) for d in head.detectable))
     needed = Measurement.get(console, console.options.update_width(10_000), table).maximum
     if needed <= console.width:
         console.print(table)
@@ -46,6 +49,9 @@ def print_headline(console: Any, head: Headline, title: str) -> None:
         for row in head.rows:
             cells = " · ".join(f"{_head(c, ': ')} {_cell(cell, ' ')}" for c, cell in zip(columns, row.cells))
             console.print(f"{row.model}: {cells}", markup=False, soft_wrap=True)
+        if head.detectable:
+            found = " · ".join(f"{_head(c, ': ')} {d.text}" for c, d in zip(columns, head.detectable) if d.title)
+            console.print(f"detectable (80% power): {found}", markup=False, soft_wrap=True)
     note = re.sub(r"\s*\((?:hover|point at)[^)]*\)", "", head.note or "")  # the HTML's tooltips are not here
     if note:
         console.print(note, markup=False, soft_wrap=True)

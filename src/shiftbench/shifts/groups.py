@@ -25,4 +25,9 @@ def group_members(name: str) -> list[str] | None:
         from .cbar import CBAR_CORRUPTIONS  # deferred: start-up cost (pulls cv2, scipy)
 
         members = sorted(members, key=lambda m: CBAR_CORRUPTIONS.index(m) if m in CBAR_CORRUPTIONS else len(members))
+    if name in ("imagenet_p", "imagenet_p_extra"):  # the paper's order, as cbar's
+        from .perturbations import IMAGENET_P, IMAGENET_P_EXTRA
+
+        order = IMAGENET_P if name == "imagenet_p" else IMAGENET_P_EXTRA
+        members = sorted(members, key=lambda m: order.index(m) if m in order else len(order))
     return members or None

@@ -22,7 +22,7 @@ from ...severity import Severity, label
 from ..kernel import Loader, Planned
 from ..shards import sample_key
 from ..spec import PreprocessSection
-from .layout import SUFFIX, output_relpath, protocol_relpath
+from .layout import SUFFIX, output_relpath, protocol_relpath, sequence_frames
 
 
 def loader_of(dataset: Any, seed: int, on_error: str, preprocess: PreprocessSection | None) -> Loader:
@@ -153,9 +153,19 @@ def run_job(job: Job) -> list[dict[str, Any]]:
             record["format"] = encoding
         else:
             rel = relpath(dataset, index, suffix)
-            path = base / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, encoded(out.image, job.fmt, job.jpeg_quality, job.protocol))  # through a temp file
+            frames = getattr(out, "frames", None)
+            if frames is not None:  # a perturbation sequence: a folder of frames, the folder the record's output
+                names = sequence_frames(rel, suffix, len(frames))
+                for name, frame in zip(names, frames):
+                    (base / name).parent.mkdir(parents=True, exist_ok=True)
+                    write_atomic(base / name, encoded(frame, job.fmt, job.jpeg_quality, job.protocol))
+                rel = names[0].rpartition("/")[0]
+                record["frames"] = len(frames)
+                record["sequence"] = dict(out.meta.get("sequence") or {})
+            else:
+                path = base / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(path, encoded(out.image, job.fmt, job.jpeg_quality, job.protocol))  # through a temp file
             for source_file, target in (dataset.mirror_files(index) if hasattr(dataset, "mirror_files") else []):
                 copy_file(source_file, base / target)  # the format's annotation files, unchanged
             record["output"] = f"{job.shift}/{label(job.severity)}/{rel}"

@@ -109,6 +109,34 @@ def data_paths(dataset: Any) -> list[Path]:
     return paths
 
 
+def is_sequence(shift: str) -> bool:
+    """Whether a shift writes perturbation sequences (ImageNet-P's ``p_*``): a folder of frames per image."""
+    return SHIFTS.entry(shift).resolve().role == "perturbation"
+
+
+def check_sequences(shifts: Sequence[str], layout: str, protocol: str | None) -> None:
+    """Sequences are written as folders of frames (never shards); the imagenet-p protocol writes sequences only,
+    the imagenet-c protocol none."""
+    seqs = [s for s in shifts if is_sequence(s)]
+    others = [s for s in shifts if not is_sequence(s) and writes_files(s)]
+    if seqs and layout != "folder":
+        raise ShiftbenchError(f"generate --format {layout}: {', '.join(seqs)} write a folder of frames per image; "
+                              "use --format folder")
+    if protocol == "imagenet-p" and others:
+        raise ShiftbenchError(f"generate --protocol imagenet-p writes perturbation sequences (p_* shifts); "
+                              f"{', '.join(others)} {'is' if len(others) == 1 else 'are'} not one")
+    if protocol is not None and protocol != "imagenet-p" and seqs:
+        raise ShiftbenchError(f"generate --protocol {protocol}: {', '.join(seqs)} are ImageNet-P sequences; "
+                              "use --protocol imagenet-p")
+
+
+def sequence_frames(rel: str, suffix: str, count: int) -> list[str]:
+    """The frame files of a sequence whose image would go to ``rel``: ``<rel without suffix>/<i>`` + suffix,
+    i zero-padded to three digits (000 ... 040), in frame order."""
+    stem = rel[: -len(suffix)] if rel.endswith(suffix) else rel
+    return [f"{stem}/{i:03d}{suffix}" for i in range(count)]
+
+
 def base_of(dataset: Any) -> Any:
     """The reader below a ``limit`` wrapper (the wrapper keeps it as ``base``)."""
     return getattr(dataset, "base", dataset)
@@ -127,6 +155,7 @@ def check_outputs_fit(ds: Any, shifts: Sequence[str], dataset: str, layout: str,
     write no files."""
     if not any(writes_files(name) for name in shifts):
         return
+    check_sequences(shifts, layout, protocol)
     if preprocess is not None and getattr(ds, "mirror_keeps", frozenset()):
         raise ShiftbenchError(f"generate --resize/--crop: {dataset} has annotation files (boxes, masks) that generate "
                               f"copies unchanged, so they would not match the resized images; preprocess it in a "

@@ -22,7 +22,7 @@ from ..kernel import Loader, Planned
 from ..shards import LAYOUTS
 from ..spec import EngineSection, PreprocessSection, preprocess_section
 from .encode import Job, encoded, format_label, loader_of, open_dataset
-from .layout import base_of, check_outputs_fit, data_paths, writes_files
+from .layout import base_of, check_outputs_fit, check_sequences, data_paths, writes_files
 
 CHUNK = 16
 IMAGE_FORMATS = ("png", "jpeg", "webp")
@@ -32,6 +32,12 @@ PROTOCOLS = {
     # corruption, Image.fromarray(np.uint8(img)).save(<corruption>/<severity>/<wnid>/<file name>, quality=85,
     # optimize=True)
     "imagenet-c": {"resize": 256, "crop": 224, "interpolation": "bilinear", "image_format": "jpeg", "quality": 85},
+    # hendrycks/robustness ImageNet-P/create_p/make_imagenet_p.py: trn.Resize(256), each perturbation's frames with
+    # trn.CenterCrop(224) (after the warp for the geometric ones, before the others), saved as img<i>.png and then
+    # encoded to <perturbation>/<wnid>/<name>.mp4 by ffmpeg (libx264): here the lossless PNG frames are kept, one
+    # folder per sequence (<wnid>/<name>/), the bytes the run scores
+    "imagenet-p": {"resize": 256, "crop": None, "interpolation": "bilinear", "image_format": "png", "quality": 95,
+                   "shift_params": {"crop": 224}, "sequences": True},
 }
 
 
@@ -74,8 +80,9 @@ class GenerateOptions:
         layout, fmt, quality = _aliases(given)
         preprocess, fmt, quality = _encoding_and_preprocess(given, fmt, quality, layout)
         values = {k: v for k, v in given.items() if k in known}
+        preset = PROTOCOLS.get(given.get("protocol") or "", {}).get("shift_params", {})  # a protocol's shift settings
         options = cls(**{**values, "seed": seed, "layout": layout, "image_format": fmt, "quality": quality,
-                         "preprocess": preprocess, "shift_params": dict(given.get("shift_params") or {}),
+                         "preprocess": preprocess, "shift_params": {**preset, **dict(given.get("shift_params") or {})},
                          "dataset_kwargs": dict(given.get("dataset_kwargs") or {})})
         options._check()
         return options
@@ -127,7 +134,9 @@ def _encoding_and_preprocess(given: dict[str, Any], fmt: str | None, quality: in
         preset = PROTOCOLS[protocol]
 
         def norm(key: str, value: Any) -> Any:  # a crop of 224 and of [224, 224] are the same
-            return ([value, value] if isinstance(value, int) else list(value)) if key == "crop" else value
+            if key != "crop" or value is None:
+                return value
+            return [value, value] if isinstance(value, int) else list(value)
 
         for key, value in picked.items():
             if norm(key, value) != norm(key, preset[key]):
@@ -136,7 +145,7 @@ def _encoding_and_preprocess(given: dict[str, Any], fmt: str | None, quality: in
                                       f"or drop --protocol and give all three")
         if layout != "folder":
             raise ShiftbenchError(f"--protocol {protocol} writes {protocol}'s folder layout; drop --format {layout}")
-        picked = {"resize": preset["resize"], "crop": preset["crop"], "interpolation": preset["interpolation"]}
+        picked = {k: preset[k] for k in ("resize", "crop", "interpolation") if preset[k] is not None}
         fmt, quality = fmt or preset["image_format"], preset["quality"] if quality is None else quality
     else:
         fmt, quality = fmt or "png", 95 if quality is None else quality
@@ -208,6 +217,7 @@ class GeneratePlan:
     def build(cls, dataset: Any, shifts: Sequence[str], severities: Sequence[float], out: Any,
               options: GenerateOptions) -> "GeneratePlan":
         out = Path(out)
+        check_sequences(shifts, options.layout, options.protocol)  # before a protocol's shift settings meet a shift
         ds, kwargs = open_source(str(dataset), options, out)
         pairs, uses_model, modules = plan_pairs(ds, shifts, severities, options.shift_params)
         check_outputs_fit(ds, shifts, str(dataset), options.layout, options.image_format, options.preprocess,
