@@ -92,6 +92,7 @@ def test_generate_imagenet_p_writes_the_frames_the_run_scores(tmp_path, capsys):
     res = CliRunner().invoke(main, ["generate", "--dataset", str(tmp_path / "data"), "--shift", "p_rotate,p_shot_noise",
                                     "--out", str(out), "--protocol", "imagenet-p"])
     assert res.exit_code == 0, res.output
+    assert "= 62 files (ImageNet-P sequences: a frame per file)" in res.output  # the estimate before any work
     records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
     assert {r["shift"] for r in records} == {"p_rotate", "p_shot_noise"} and all(r["severity"] == 1 for r in records)
     from shiftbench.engine.spec import preprocess_section
@@ -109,3 +110,21 @@ def test_generate_imagenet_p_writes_the_frames_the_run_scores(tmp_path, capsys):
                      "--protocol", "imagenet-p"])
     err = capsys.readouterr().err
     assert code != 0 and "fog is not one" in err and "Traceback" not in err and not (tmp_path / "o2").exists()
+
+
+def test_ray_workers_give_the_local_engines_numbers(ray_cluster, tmp_path):
+    """Sequences on Ray actors (shards of 2 sequences, 2 workers): the same rows and per-sequence values."""
+    spec = {"dataset": "objects", "limit": 6, "seed": 3, "batch_size": 2,
+            "models": ["efficientnet_lite0", {"name": "dummy_classifier", "params": {"label_space": "imagenet1k"}}],
+            "shifts": ["clean", {"name": "p_brightness"}, {"name": "p_gaussian_noise", "severities": [2]}]}
+    local = sb.evaluate(spec, store=tmp_path / "local.db")
+    ray = sb.evaluate({**spec, "engine": {"name": "ray", "address": ray_cluster["address"], "workers": 2,
+                                          "shard_size": 2}}, store=tmp_path / "ray.db")
+    assert row_key(ray) == row_key(local)
+
+    def values(db):
+        with Store(db) as store:
+            return {(s["model"], s["shift"], s["metric"]): (s["ids"], s["values"].tolist())
+                    for s in store.samples(store.runs()[-1]["run_id"])}
+
+    assert values(tmp_path / "ray.db") == values(tmp_path / "local.db")

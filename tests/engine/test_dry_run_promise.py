@@ -50,8 +50,10 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 
 def spec_for(root: Path, entry) -> dict:
+    name = entry if isinstance(entry, str) else entry["name"]
+    metrics = ["top1", "flip_prob"] if name.startswith("p_") else ["top1"]  # clean (always run) and the sequences
     return {"dataset": str(root), "models": [{"name": "dummy_classifier", "params": {"label_space": ["cat", "dog"]}}],
-            "shifts": [entry], "metrics": ["top1"], "limit": 2, "batch_size": 2}
+            "shifts": [entry], "metrics": metrics, "limit": 2, "batch_size": 2}
 
 
 def outcome(fn) -> str | None:

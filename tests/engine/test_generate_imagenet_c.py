@@ -140,7 +140,7 @@ def test_a_second_run_resumes_and_other_preprocessing_is_refused(imagenet_c):
     ({"protocol": "imagenet-c", "crop": 200}, r"--crop 200: the imagenet-c protocol fixes --resize 256 --crop 224"),
     ({"protocol": "imagenet-c", "resize": 256, "crop": [224, 224], "layout": "webdataset"},
      r"--protocol imagenet-c writes imagenet-c's folder layout; drop --format webdataset"),
-    ({"protocol": "imagenet-p"}, r"protocol 'imagenet-p': expected one of imagenet-c"),
+    ({"protocol": "imagenet-x"}, r"protocol 'imagenet-x': expected one of imagenet-c, imagenet-p"),
     ({"resize": 0}, r"generate\.resize: expected a positive integer"),
     ({"interpolation": "bicubic"}, r"generate\.interpolation: only a resize takes it"),
     ({"image_format": "gif"}, r"image format 'gif': expected one of png, jpeg, webp"),

@@ -22,7 +22,7 @@ from ..kernel import Loader, Planned
 from ..shards import LAYOUTS
 from ..spec import EngineSection, PreprocessSection, preprocess_section
 from .encode import Job, encoded, format_label, loader_of, open_dataset
-from .layout import base_of, check_outputs_fit, check_sequences, data_paths, writes_files
+from .layout import base_of, check_outputs_fit, check_sequences, data_paths, is_sequence, writes_files
 
 CHUNK = 16
 IMAGE_FORMATS = ("png", "jpeg", "webp")
@@ -321,8 +321,13 @@ def expected_output(plan: GeneratePlan) -> str:
     read = plan.loader().read([0])
     first = read.samples[0] if read.samples else None
     n_sev = len({severity for _, severity in files})
+    # a perturbation sequence (ImageNet-P) writes a folder of frames per image
+    frames = {name: int(getattr(SHIFTS.entry(name).resolve(), "frames", 1)) if is_sequence(name) else 1
+              for name in severities}
+    n_files = sum(frames[name] for name, _ in files) * len(ds)
     count = (f"{len(ds)} image(s) x {len(severities)} shift(s) x {n_sev} severit{'y' if n_sev == 1 else 'ies'} = "
-             f"{len(files) * len(ds)} files")
+             f"{n_files} files" + (" (ImageNet-P sequences: a frame per file)" if any(v > 1 for v in frames.values())
+                                   else ""))
     how = format_label(fmt, quality, protocol) + (f"; {preprocess.describe()}" if preprocess is not None else "")
     if first is None:
         return f"generate: {count} ({how}); size not estimated (the first image could not be read)"
@@ -338,7 +343,7 @@ def expected_output(plan: GeneratePlan) -> str:
                 out = plan.loader("skip").shift(
                     Planned(Condition("", "", name, dict(params), severity), shift), read)
                 if out.samples:
-                    size = len(encoded(out.samples[0].image, fmt, quality, protocol))
+                    size = len(encoded(out.samples[0].image, fmt, quality, protocol)) * frames[name]
             except ShiftbenchError:
                 pass
         total += size * len(sevs) * len(ds)
