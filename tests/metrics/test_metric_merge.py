@@ -173,6 +173,20 @@ def _feed_sequences(metric, items) -> None:
         metric.update(np.concatenate([x for x, _ in items]), [t for _, t in items])
 
 
+def _answered(seed: int) -> list[tuple[Any, None]]:
+    """Question-answering records (tasks/question_answering.py): a score and an unmatched share per sample (yes/no
+    questions give shares, the others 0 or 1)."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    return [(SimpleNamespace(score=float(rng.integers(0, 4)) / 3, unmatched_share=float(rng.integers(0, 2))), None)
+            for _ in range(N_ITEMS)]
+
+
+def _feed_answered(metric, items) -> None:
+    metric.update([x for x, _ in items], None)
+
+
 FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] = {
     "top1": (lambda: METRICS.create("top1"), _classification, _feed_classification),
     "top5": (lambda: METRICS.create("top5"), _classification, _feed_classification),
@@ -190,13 +204,15 @@ FIXTURES: dict[str, tuple[Callable[[], Any], Callable[[int], list], Callable]] =
     "fid": (lambda: METRICS.create("fid", features=FEATURES), _images, _feed_pairs),
     "clip_direction": (lambda: METRICS.create("clip_direction", clip=CLIP), _edits, _feed_edits),
     "flip_prob": (lambda: METRICS.create("flip_prob"), _sequences, _feed_sequences),
+    "answer_accuracy": (lambda: METRICS.create("answer_accuracy"), _answered, _feed_answered),
+    "unmatched_rate": (lambda: METRICS.create("unmatched_rate"), _answered, _feed_answered),
     "t5d": (lambda: METRICS.create("t5d"), _sequences, _feed_sequences),
     "shape_bias": (lambda: METRICS.create("shape_bias"), _cue_items,
                    lambda m, it: m.update(np.stack([x for x, _ in it]), [t for _, t in it])),
 }
 # the metrics the runner saves in the store: their states must survive JSON
 STORED = {"top1", "top5", "ece", "miou", "foreground_iou", "box_ap", "mask_ap", "text_similarity", "shape_bias",
-          "flip_prob", "t5d"}
+          "flip_prob", "t5d", "answer_accuracy", "unmatched_rate"}
 # metrics whose state is a sum: the order of the parts does not matter either
 COMMUTATIVE = {"top1", "top5", "ece", "miou", "foreground_iou", "text_similarity"}
 

@@ -211,6 +211,11 @@ class _Runner:
                                     class_subset=self.spec.class_subset)
             self.plans[m.label] = plan
             models[m.label] = plan.model
+            if callable(getattr(task, "configure", None)):  # a question-answering task: the run's prompt and classes
+                task.configure(self.spec.prompt, self.spec.seed, plan.output_space, dataset=self.spec.dataset)
+        if self.spec.prompt is not None and not any(t.name == "question_answering" for t in self.tasks.values()):
+            where = f"{self.spec.source}: prompt" if self.spec.source else "prompt"
+            raise SpecError(f"{where}: no model of this spec answers questions (image-text-to-text models do); remove it")
         if self.spec.label_map and not any(plan.uses_map for plan in self.plans.values()):
             where = f"{self.spec.source}: label_map" if self.spec.source else "label_map"
             raise SpecError(f"{where}: no model of this spec maps dataset classes to its own (zero-shot models take "
@@ -406,7 +411,8 @@ class _Runner:
             for name in metric_names:
                 parts[name].update_from_samples(outputs, targets)
             grid = targets[:GRID_SAMPLES] if b == 0 else []
-            keep = targets if self.spec.log_samples else grid
+            # a question-answering model's every answer is kept (what it said is the result, not only a score)
+            keep = targets if self.spec.log_samples or task.name == "question_answering" else grid
             predictions = [(s.id, task.record(outputs, i, s, model, plan.output_space)) for i, s in enumerate(keep)]
         states = batch_states({name: encode_state(parts[name].state_dict()) for name in metric_names}, samples, skipped)
         return Scored(label, b, states, predictions, len(samples), list(skipped), parts)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from ..condition import Condition
 from ..datasets.preprocess import INTERPOLATIONS, Preprocessing
 from ..decisions import ClassSubset, class_subset as read_class_subset
+from ..prompting import PromptSpec
 from ..errors import SeedError, SeverityError, ShiftbenchError, SpecError, UnknownNameError
 from ..metrics.quality import QUALITY_METRICS
 from ..registry import DATASETS, METRICS, MODELS, SHIFTS
@@ -61,6 +62,8 @@ TOP_KEYS = {
                 "models, target} (Grad-CAM grids, background reliance, a t-SNE of the features)",
     "preprocess": "resize and crop every sample before any shift, its masks and boxes following: {resize, "
                   "interpolation, crop} (ImageNet's: resize 256, crop 224); part of the run's identity",
+    "prompt": "what question-answering (image-text-to-text) models are asked about each image: open (default), "
+              "multiple_choice or yes_no, or {kind, text, options}; the prompt text is part of the run's identity",
     "class_subset": "restrict classifiers' outputs to some ImageNet-1k classes before every metric: imagenet-r or "
                     "imagenet-a (their 200 classes), or a list of wnids or indices; the dataset's classes must all "
                     "be in it; part of the run's identity",
@@ -272,6 +275,7 @@ class Spec:
     analysis: AnalysisSection | None = None
     preprocess: PreprocessSection | None = None
     class_subset: ClassSubset | None = None  # shiftbench.decisions: classifiers' outputs restricted to these classes
+    prompt: PromptSpec | None = None  # tasks/prompting.py: what question-answering models are asked
 
     def conditions(self) -> list[Condition]:
         """Every (model, shift, params, severity); the clean baseline first for each model."""
@@ -336,6 +340,8 @@ class Spec:
             # the class subset decides which outputs every metric reads: its name and wnids (normalised to ImageNet
             # order, so one subset written two ways is one run), absent when unset so older runs keep their ids
             **({"class_subset": self.class_subset.as_dict()} if self.class_subset else {}),
+            # the questions decide the answers: part of the identity, absent when unset so older runs keep their ids
+            **({"prompt": self.prompt.as_dict()} if self.prompt else {}),
         }
 
 
@@ -568,12 +574,7 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         raise SpecError(f"{_where(source, 'metrics')}: empty; list metric names, or leave metrics out for each "
                         "task's defaults")
 
-    dataset = spec["dataset"]
-    if not isinstance(dataset, str):
-        raise SpecError(f"{_where(source, 'dataset')}: expected a name or path, got {dataset!r}")
-    dataset_params = spec.get("dataset_params") or {}
-    if not isinstance(dataset_params, dict):
-        raise SpecError(f"{_where(source, 'dataset_params')}: expected a mapping, got {dataset_params!r}")
+    dataset, dataset_params = _parse_dataset(spec, source)
 
     models = [_parse_model(m, _where(source, f"models[{i}]")) for i, m in enumerate(_as_list(spec, "models", source))]
     models = _label_models(models, source)
@@ -623,10 +624,33 @@ def load_spec(spec: Any, check_names: bool = True) -> Spec:
         on_error=on_error,
         label_map=label_map, engine=engine, quality=quality, curate=curate, analysis=analysis,
         preprocess=preprocess, class_subset=_parse_class_subset(spec.get("class_subset"), source),
+        prompt=_parse_prompt(spec.get("prompt"), source),
     )
     if check_names:
         _check_names(result, source)
     return result
+
+
+def _parse_dataset(spec: dict[str, Any], source: str | None) -> tuple[str, dict[str, Any]]:
+    """``dataset`` (a name or path) and ``dataset_params`` (a mapping), one SpecError naming the key otherwise."""
+    dataset = spec["dataset"]
+    if not isinstance(dataset, str):
+        raise SpecError(f"{_where(source, 'dataset')}: expected a name or path, got {dataset!r}")
+    dataset_params = spec.get("dataset_params") or {}
+    if not isinstance(dataset_params, dict):
+        raise SpecError(f"{_where(source, 'dataset_params')}: expected a mapping, got {dataset_params!r}")
+    return dataset, dataset_params
+
+
+def _parse_prompt(value: Any, source: str | None) -> PromptSpec | None:
+    """``prompt``: a kind (open, multiple_choice, yes_no) or {kind, text, options} (tasks/prompting.py), one SpecError
+    naming the key otherwise; None when the spec has none (question-answering models then get the open question)."""
+    if value is None:
+        return None
+    try:
+        return PromptSpec.parse(value, _where(source, "prompt"))
+    except ShiftbenchError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _parse_class_subset(value: Any, source: str | None) -> ClassSubset | None:

@@ -17,12 +17,15 @@ from .classification import ECE, Top1, Top5, TopK
 from .detection import BoxAP, MaskAP
 from .segmentation import ForegroundIoU, MeanIoU
 from .shape_bias import ShapeBias
+from .answers import AnswerAccuracy, UnmatchedRate
 from .stability import FlipProbability, Top5Distance
 
 __all__ = ["Metric", "OrderedMerge", "check_task", "METRICS", "Top1", "Top5", "TopK", "ECE", "MeanIoU", "ForegroundIoU",
-           "BoxAP", "MaskAP", "ShapeBias", "FlipProbability", "Top5Distance"]
+           "BoxAP", "MaskAP", "ShapeBias", "FlipProbability", "Top5Distance",
+           "AnswerAccuracy", "UnmatchedRate"]
 
-for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP, ShapeBias, FlipProbability, Top5Distance):
+for _cls in (Top1, Top5, ECE, MeanIoU, ForegroundIoU, BoxAP, MaskAP, ShapeBias, FlipProbability, Top5Distance,
+             AnswerAccuracy, UnmatchedRate):
     METRICS.add(_cls.name, _cls, description=summary_line(_cls.__doc__), task=_cls.task,
                 higher_is_better=_cls.higher_is_better)
 METRICS.add_lazy("text_similarity", "shiftbench.metrics.text:TextSimilarity",

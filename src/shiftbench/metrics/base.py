@@ -72,7 +72,7 @@ from typing import Any, ClassVar, Iterable, Sequence
 from ..errors import ShiftbenchError
 from ..registry import metric_info
 
-__all__ = ["Metric", "OrderedMerge", "check_task", "exact_add", "exact_value"]
+__all__ = ["Metric", "PerSampleMean", "OrderedMerge", "check_task", "exact_add", "exact_value"]
 
 
 def exact_add(partials: Sequence[float], values: Iterable[float]) -> list[float]:
@@ -200,6 +200,37 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, n={self.n})"
+
+
+class PerSampleMean(Metric):
+    """A metric whose value is the mean of one number per sample, kept in data order: its per-sample values are
+    the report's (kind ``mean``), two parts merge by joining their lists, and ``compute`` sums exactly (fsum), so
+    a split run equals one pass. Subclasses add the samples' values in ``update`` through :meth:`add`."""
+
+    def reset(self) -> None:
+        self.n = 0
+        self._values: list[float] = []
+
+    def add(self, values: Iterable[float]) -> None:
+        values = [float(v) for v in values]
+        self._values.extend(values)
+        self.n += len(values)
+
+    def merge(self, other: "PerSampleMean") -> "PerSampleMean":
+        self.check_mergeable(other)
+        self._values = self._values + list(other._values)
+        self.n += other.n
+        return self
+
+    def per_sample(self) -> dict[str, tuple[str, "Any"]]:
+        import numpy as np
+
+        if not self.n or len(self._values) != self.n:
+            return {}
+        return {self.name: ("mean", np.asarray(self._values, np.float64))}
+
+    def compute(self) -> dict[str, float]:
+        return {self.name: math.fsum(self._values) / self.n if self.n else float("nan")}
 
 
 class OrderedMerge:

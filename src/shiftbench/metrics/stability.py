@@ -29,13 +29,12 @@ classes the distance sums over the classes there are (r = 1..C).
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
 
 from ..errors import ShiftbenchError
-from .base import Metric
+from .base import PerSampleMean
 
 __all__ = ["sequence_of", "comparison_pairs", "sequence_flips", "sequence_top5_distance", "top5_distance", "FlipProbability",
            "Top5Distance", "ALEXNET_FP", "ALEXNET_T5D", "normalised", "REFERENCES", "STABILITY_METRICS"]
@@ -145,7 +144,7 @@ def _comparison(sample: Any) -> tuple[int, str, int]:
     return found
 
 
-class _SequenceMetric(Metric):
+class _SequenceMetric(PerSampleMean):
     """A per-sequence mean over the frames a ``p_*`` shift made: the predictions are the (N x T, C) scores of
     the N sequences' frames in order, the targets each sample's (frames, reference, step)."""
 
@@ -153,10 +152,6 @@ class _SequenceMetric(Metric):
     higher_is_better: ClassVar[bool] = False
     sequence: ClassVar[bool] = True  # scores the conditions of sequence shifts only (engine/evaluate.py)
     needs: ClassVar[str] = "a perturbation sequence (the frames of a p_* shift)"
-
-    def reset(self) -> None:
-        self.n = 0
-        self._values: list[float] = []  # per sequence, in data order
 
     def sample_targets(self, samples: Sequence[Any]) -> list[tuple[int, str, int]]:
         return [_comparison(s) for s in samples]
@@ -185,23 +180,7 @@ class _SequenceMetric(Metric):
         for (t, reference, step), rows in groups.items():
             block = np.stack([scores[offsets[i]:offsets[i] + t] for i in rows])
             out[rows] = self._per_sequence(block, reference, step)
-        self._values.extend(out.tolist())
-        self.n += len(targets)
-
-    def merge(self, other: "_SequenceMetric") -> "_SequenceMetric":
-        self.check_mergeable(other)
-        self._values = self._values + list(other._values)
-        self.n += other.n
-        return self
-
-    def per_sample(self) -> dict[str, tuple[str, np.ndarray]]:
-        if not self.n or len(self._values) != self.n:
-            return {}
-        return {self.name: ("mean", np.asarray(self._values, np.float64))}
-
-    def compute(self) -> dict[str, float]:
-        # fsum: the mean does not depend on how the sequences were split into batches, shards or workers
-        return {self.name: math.fsum(self._values) / self.n if self.n else float("nan")}
+        self.add(out.tolist())  # per sequence, in data order
 
 
 class FlipProbability(_SequenceMetric):

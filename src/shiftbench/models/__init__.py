@@ -40,6 +40,8 @@ MODELS.add_lazy("dummy_detector", "shiftbench.models.dummy:DummyDetector",
                 description="deterministic one-box detector (tests)", task="detection")
 MODELS.add_lazy("dummy_captioner", "shiftbench.models.dummy:DummyCaptioner",
                 description="deterministic colour-word captioner (tests)", task="captioning")
+MODELS.add_lazy("dummy_vlm", "shiftbench.models.dummy:DummyAnswerer",
+                description="deterministic brightness-driven question answerer (tests)", task="question_answering")
 
 # hub / local-folder backends: NAME after the prefix is a hub id or a local folder
 MODELS.add_scheme("timm", "shiftbench.models.timm_models:create",
@@ -50,7 +52,7 @@ MODELS.add_scheme("open_clip", "shiftbench.models.open_clip_models:create",
                   description="open_clip zero-shot classifier: open_clip:ARCH/PRETRAINED")
 MODELS.add_scheme("hf", "shiftbench.models.hf:create",
                   description="transformers: CLIP/SigLIP zero-shot, DETR-style detector, semantic segmenter, "
-                              "BLIP-2 captioner: hf:ID_OR_PATH")
+                              "BLIP-2 captioner, image-text-to-text chat VLM (question answering): hf:ID_OR_PATH")
 
 # encoders that metrics take by name: caption similarity's sentence encoder, the quality metrics' features
 MODELS.add_lazy("minilm", "shiftbench.models.text_encoders:MiniLM",

@@ -67,7 +67,7 @@ from ..sample import to_rgb_uint8
 
 __all__ = [
     "LabelSpace", "Preprocess", "Detections", "Model", "Classifier", "ZeroShotClassifier",
-    "Segmenter", "Detector", "Captioner", "TorchClassifier", "check_outputs", "check_label_space",
+    "Segmenter", "Detector", "Captioner", "Answerer", "TorchClassifier", "check_outputs", "check_label_space",
     "as_image_list", "parse_dtype",
 ]
 
@@ -509,6 +509,19 @@ class Captioner(Model):
     label_space = None
 
     def predict(self, images: Sequence[np.ndarray]) -> list[str]:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+class Answerer(Model):
+    """An image-text-to-text model asked a question about each image: ``answer(images, prompts)`` -> one
+    answer (str) per (image, prompt) pair, greedy unless ``generation`` says otherwise."""
+
+    task = "question_answering"
+    kind = "answerer"
+    label_space = None
+    generation: dict = {}
+
+    def answer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[str]:  # pragma: no cover - protocol
         raise NotImplementedError
 
 

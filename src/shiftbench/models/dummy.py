@@ -16,12 +16,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import ShiftbenchError
 from ..seeds import check_seed
 from .base import (
-    Captioner, Classifier, Detections, Detector, LabelSpace, Segmenter, as_image_list, check_outputs,
+    Answerer, Captioner, Classifier, Detections, Detector, LabelSpace, Segmenter, as_image_list, check_outputs,
 )
 
-__all__ = ["DummyClassifier", "DummySegmenter", "DummyDetector", "DummyCaptioner"]
+__all__ = ["DummyClassifier", "DummySegmenter", "DummyDetector", "DummyCaptioner", "DummyAnswerer"]
 
 # dummies read raw pixels at any size: they declare no preprocessing
 _NO_PREPROCESS = None
@@ -141,6 +142,37 @@ _COLOURS = {
     "orange": (230, 140, 30), "purple": (130, 50, 160), "brown": (120, 80, 40), "grey": (128, 128, 128),
     "white": (240, 240, 240), "black": (15, 15, 15),
 }
+
+
+class DummyAnswerer(Answerer):
+    """Deterministic stand-in for an image-text-to-text model (tests): to a multiple-choice prompt it answers the
+    letter picked by the image's mean brightness, to a yes/no prompt "Yes." on bright images and "No." on dark
+    ones, and to an open question the class of ``vocabulary`` picked by the image's dominant channel (or "I cannot
+    tell." without one): answers that move when the image does, as a real model's would."""
+
+    def __init__(self, vocabulary: Sequence[str] | None = None, device: str = "cpu", dtype: str = "float32"):
+        self.name = "dummy_vlm"
+        self.preprocess = _NO_PREPROCESS
+        self.vocabulary = list(vocabulary) if vocabulary else []
+        self.generation = {"max_new_tokens": 16, "do_sample": False, "num_beams": 1}
+
+    def answer(self, images: Sequence[np.ndarray], prompts: Sequence[str]) -> list[str]:
+        images = as_image_list(images)
+        if len(images) != len(prompts):
+            raise ShiftbenchError(f"dummy_vlm: {len(images)} images but {len(prompts)} prompts")
+        out = []
+        for image, prompt in zip(images, prompts):
+            mean = image.reshape(-1, 3).astype(np.float64).mean(axis=0)
+            letters = [line[0] for line in prompt.splitlines() if len(line) > 2 and line[1] == "." and line[0].isupper()]
+            if letters:
+                out.append(f"{letters[int(mean.mean()) % len(letters)]}.")
+            elif "yes or no" in prompt.lower():
+                out.append("Yes." if mean.mean() > 110 else "No.")
+            elif self.vocabulary:
+                out.append(f"It is a {self.vocabulary[int(mean.argmax() + 3 * (mean.mean() > 120)) % len(self.vocabulary)]}.")
+            else:
+                out.append("I cannot tell.")
+        return out
 
 
 class DummyCaptioner(Captioner):

@@ -1,5 +1,6 @@
 """transformers adapters (``hf:ID_OR_PATH``): CLIP/SigLIP zero-shot, DETR-style detectors, semantic
-segmenters, image classifiers and BLIP-2 captioners, from a hub id or a local folder.
+segmenters, image classifiers, BLIP-2 captioners and chat vision-language models (question answering,
+:mod:`shiftbench.models.vlm`), from a hub id or a local folder.
 
 The task is read from the folder's ``config.json`` (``model_type`` / ``architectures``) unless ``task``
 is given. Preprocessing is the model's own image processor (``preprocessor_config.json``); the
@@ -12,7 +13,6 @@ through the Hugging Face cache (set ``HF_HUB_OFFLINE=1`` to forbid downloads).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,26 +21,33 @@ from ..errors import ShiftbenchError
 from ..install import install_command
 from ..labelspace import recognize
 from .base import (
-    Captioner, Classifier, Detections, Detector, LabelSpace, Preprocess, Segmenter, ZeroShotClassifier,
-    as_image_list, check_outputs, parse_dtype,
+    Captioner, Classifier, Detections, Detector, LabelSpace, Segmenter, ZeroShotClassifier, as_image_list,
+    check_outputs,
 )
+from .hf_base import HFBase, preprocess_from_processor
 from .labels import imagenet_templates
 
-__all__ = ["create", "HFZeroShotClassifier", "HFClassifier", "HFDetector", "HFSegmenter", "HFCaptioner",
+__all__ = ["create", "HFBase", "HFZeroShotClassifier", "HFClassifier", "HFDetector", "HFSegmenter", "HFCaptioner",
            "preprocess_from_processor", "detect_task"]
 
 ZERO_SHOT_TYPES = {"clip", "siglip", "siglip2", "chinese_clip", "altclip", "align", "metaclip_2"}
 CAPTION_TYPES = {"blip-2", "blip_2", "blip", "git", "instructblip"}
-_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".pt", ".pth", ".onnx", ".msgpack", ".h5"}
-_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "area", 5: "hamming"}  # PIL codes
+# chat vision-language models (image-text-to-text with a prompt): asked questions, not captioners
+VLM_TYPES = {"aya_vision", "cohere2_vision", "deepseek_vl", "fast_vlm", "gemma3", "gemma3n", "glm4v", "idefics2",
+             "idefics3", "internvl", "lfm2_vl", "llama4", "llava", "llava_next", "llava_onevision", "mistral3",
+             "mllama", "ovis2", "paligemma", "perception_lm", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_vl_moe",
+             "smolvlm", "vipllava"}
 
 
 def detect_task(config: Any) -> str:
-    """One of ``zero_shot``, ``classification``, ``detection``, ``segmentation``, ``captioning``."""
+    """One of ``zero_shot``, ``classification``, ``detection``, ``segmentation``, ``captioning``,
+    ``question_answering`` (chat vision-language models, :data:`VLM_TYPES`)."""
     model_type = getattr(config, "model_type", "")
     archs = " ".join(getattr(config, "architectures", None) or [])
     if model_type in ZERO_SHOT_TYPES:
         return "zero_shot"
+    if model_type in VLM_TYPES:
+        return "question_answering"
     if model_type in CAPTION_TYPES or "ForConditionalGeneration" in archs or "ForCausalLM" in archs:
         return "captioning"
     if "ForObjectDetection" in archs:
@@ -51,52 +58,9 @@ def detect_task(config: Any) -> str:
         return "classification"
     raise ShiftbenchError(
         f"cannot tell the task of a transformers model of type {model_type!r} ({archs or 'no architectures'}); "
-        "pass task='zero_shot' | 'classification' | 'detection' | 'segmentation' | 'captioning'"
+        "pass task='zero_shot' | 'classification' | 'detection' | 'segmentation' | 'captioning' | "
+        "'question_answering'"
     )
-
-
-def _size_fields(value: Any) -> dict[str, int]:
-    """The set fields of a processor size: a dict (transformers 4) or a SizeDict (transformers 5)."""
-    if value is None:
-        return {}
-    if isinstance(value, int):
-        return {"height": value, "width": value}
-    out = {}
-    for key in ("height", "width", "shortest_edge", "longest_edge"):
-        item = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
-        if item is not None:
-            out[key] = int(item)
-    return out
-
-
-def _size_pair(value: Any) -> tuple[int, int] | None:
-    fields = _size_fields(value)
-    if "height" in fields and "width" in fields:
-        return fields["height"], fields["width"]
-    if "shortest_edge" in fields:
-        return fields["shortest_edge"], fields["shortest_edge"]
-    return None
-
-
-def preprocess_from_processor(processor: Any) -> Preprocess:
-    """The :class:`Preprocess` that an image processor's config declares (size, crop, mean/std)."""
-    ip = getattr(processor, "image_processor", processor)
-    size = _size_pair(getattr(ip, "size", None))
-    crop = _size_pair(getattr(ip, "crop_size", None)) if getattr(ip, "do_center_crop", False) else None
-    shortest = "shortest_edge" in _size_fields(getattr(ip, "size", None))
-    mean = tuple(getattr(ip, "image_mean", None) or (0.0, 0.0, 0.0))
-    std = tuple(getattr(ip, "image_std", None) or (1.0, 1.0, 1.0))
-    if not getattr(ip, "do_normalize", True):
-        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    rescale = float(getattr(ip, "rescale_factor", 1 / 255)) if getattr(ip, "do_rescale", True) else 1.0
-    resample = getattr(ip, "resample", 2)
-    interpolation = _RESAMPLE.get(int(getattr(resample, "value", resample) or 2), "bilinear")
-    if crop is not None and size is not None:
-        return Preprocess(size=crop, mean=mean, std=std, resize="shorter" if shortest else "exact",
-                          resize_size=size[0] if shortest else size, interpolation=interpolation,
-                          value_range=rescale * 255.0)
-    return Preprocess(size=size or (224, 224), mean=mean, std=std, resize="shorter" if shortest else "exact",
-                      crop_fraction=1.0, interpolation=interpolation, value_range=rescale * 255.0)
 
 
 def _label_space(config: Any, fallback_name: str) -> LabelSpace:
@@ -109,48 +73,6 @@ def _label_space(config: Any, fallback_name: str) -> LabelSpace:
     return recognize([id2label.get(i, "N/A") for i in range(n)], fallback_name)
 
 
-class _HFBase:
-    """Shared loading: torch dtype/device, the processor, eval mode, no weight gradients."""
-
-    def _load(self, source: str, loader: Any, device: str, dtype: Any, processor_cls: str = "AutoImageProcessor",
-              revision: str | None = None) -> None:
-        import torch
-        import transformers
-
-        self.device = str(torch.device(device))
-        self.dtype = parse_dtype(dtype)
-        self._torch_dtype = getattr(torch, self.dtype)
-        kwargs = {"revision": revision} if revision else {}
-        try:
-            self.module = loader.from_pretrained(source, **kwargs).to(device=self.device, dtype=self._torch_dtype).eval()
-            self.processor = getattr(transformers, processor_cls).from_pretrained(source, **kwargs)
-        except OSError as exc:
-            raise ShiftbenchError(f"cannot load transformers model {source!r}: {str(exc).splitlines()[0]}") from None
-        for p in self.module.parameters():
-            p.requires_grad_(False)
-        self.source = source
-        self.revision = revision
-        self.preprocess = preprocess_from_processor(self.processor)
-
-    def weight_files(self) -> list[str]:
-        """The weight files of a local folder, or of the hub cache's snapshot of a hub id (for a run's
-        identity); empty when they cannot be found (the identity then hashes the loaded parameters)."""
-        folder = Path(self.source)
-        if not folder.is_dir():
-            try:
-                from huggingface_hub import snapshot_download
-
-                folder = Path(snapshot_download(self.source, revision=self.revision, local_files_only=True))
-            except Exception:  # not cached as a snapshot (or no hub client): fall back to the parameters
-                return []
-        return sorted(str(p) for p in folder.iterdir() if p.suffix in _WEIGHT_SUFFIXES and p.is_file())
-
-    def _pixels(self, images: list[np.ndarray]) -> dict[str, Any]:
-        batch = self.processor(images=images, return_tensors="pt")
-        return {k: (v.to(self.device, self._torch_dtype) if v.is_floating_point() else v.to(self.device))
-                for k, v in batch.items() if hasattr(v, "to")}
-
-
 def _embedding(output: Any) -> Any:
     """transformers 4 returns the projected embedding as a tensor, 5 in ``pooler_output``."""
     if hasattr(output, "pooler_output"):
@@ -158,7 +80,7 @@ def _embedding(output: Any) -> Any:
     return output
 
 
-class HFZeroShotClassifier(_HFBase, ZeroShotClassifier):
+class HFZeroShotClassifier(HFBase, ZeroShotClassifier):
     """CLIP-family zero-shot classifier (CLIP, SigLIP, ...): ImageNet-1k with the 80 templates by default."""
 
     def __init__(self, source: str, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
@@ -210,7 +132,7 @@ class HFZeroShotClassifier(_HFBase, ZeroShotClassifier):
         return logits
 
 
-class HFClassifier(_HFBase, Classifier):
+class HFClassifier(HFBase, Classifier):
     """``AutoModelForImageClassification`` (ViT, ConvNeXt, ... with an ImageNet or custom head)."""
 
     def __init__(self, source: str, device: str = "cpu", dtype: str = "float32", revision: str | None = None):
@@ -230,7 +152,7 @@ class HFClassifier(_HFBase, Classifier):
         return logits
 
 
-class HFDetector(_HFBase, Detector):
+class HFDetector(HFBase, Detector):
     """``AutoModelForObjectDetection`` (DETR, Conditional/Deformable DETR, RT-DETR, YOLOS, ...)."""
 
     def __init__(self, source: str, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
@@ -262,7 +184,7 @@ class HFDetector(_HFBase, Detector):
         return out
 
 
-class HFSegmenter(_HFBase, Segmenter):
+class HFSegmenter(HFBase, Segmenter):
     """``AutoModelForSemanticSegmentation`` (SegFormer, UperNet, DPT, ...): class scores at input size."""
 
     def __init__(self, source: str, device: str = "cpu", dtype: str = "float32", revision: str | None = None):
@@ -285,7 +207,7 @@ class HFSegmenter(_HFBase, Segmenter):
         return out
 
 
-class HFCaptioner(_HFBase, Captioner):
+class HFCaptioner(HFBase, Captioner):
     """Image-to-text generation (BLIP-2, BLIP, GIT): greedy decoding, ``max_new_tokens`` tokens at most."""
 
     def __init__(self, source: str, device: str = "cpu", dtype: str = "float32", revision: str | None = None,
@@ -334,8 +256,10 @@ def create(source: str, task: str | None = None, **kwargs: Any) -> Any:
         except (OSError, ValueError) as exc:
             raise ShiftbenchError(f"cannot load transformers config {source!r}: {str(exc).splitlines()[0]}") from None
         task = detect_task(config)
+    from .vlm import HFImageTextToText  # here: vlm imports this module
+
     classes = {"zero_shot": HFZeroShotClassifier, "classification": HFClassifier, "detection": HFDetector,
-               "segmentation": HFSegmenter, "captioning": HFCaptioner}
+               "segmentation": HFSegmenter, "captioning": HFCaptioner, "question_answering": HFImageTextToText}
     if task not in classes:
         raise ShiftbenchError(f"hf: unknown task {task!r}; choose one of {', '.join(classes)}")
     return classes[task](source, **kwargs)

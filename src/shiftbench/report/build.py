@@ -749,7 +749,11 @@ def _grids(thumbs: list[dict[str, Any]], predictions: list[Prediction], order: l
                 items = []
                 for p in sorted(preds.get((*col, sid), []), key=lambda p: p.model):
                     pred, said = p.prediction, p.said
-                    if "pred_name" in pred:
+                    if "answers" in pred:  # a question-answering model: what it said, and the class that matched
+                        said_text = _shorten(" / ".join(str(a) for a in pred.get("answers") or []), 60)
+                        items.append({"model": p.model, "text": f"“{said_text}” → {pred.get('pred_name')}",
+                                      "wrong": not pred.get("correct", False)})
+                    elif "pred_name" in pred:
                         items.append({"model": p.model, "text": f"{said.pred_name} {100 * said.confidence:.0f}%",
                                       "wrong": not said.correct if "correct" in pred else False})
                     elif "iou" in pred:

@@ -225,7 +225,7 @@ def failure_blocks(entries: Sequence[FailureEntry], metric: str, fraction: float
 
 
 def _percent(metric: str) -> bool:
-    return metric.startswith(("top", "acc")) or metric in ("miou", "R@10")
+    return metric.startswith(("top", "acc")) or metric in ("miou", "R@10", "answer_accuracy", "unmatched_rate")
 
 
 def _corruptions(entries: Sequence[FailureEntry]) -> list[FailureEntry]:

@@ -48,10 +48,10 @@ __all__ = ["Uncertainty", "MCNEMAR_METRICS", "PROPORTION_METRICS", "NOISE_RULE",
            "EDGE_INTERVAL"]
 
 # right/wrong per sample: a single condition against clean (or two models) gets McNemar's exact test
-MCNEMAR_METRICS = ("top1", "top5")
+MCNEMAR_METRICS = ("top1", "top5", "answer_accuracy", "unmatched_rate")  # each checked for 0/1 values first
 # means of per-sample values in [0, 1] that are proportions (issue 39): a single condition's 0/1 values get the
 # exact binomial interval; where the bootstrap collapses at 0% or 100% the exact bound at n replaces it
-PROPORTION_METRICS = ("top1", "top5", "flip_prob")
+PROPORTION_METRICS = ("top1", "top5", "flip_prob", "answer_accuracy", "unmatched_rate")
 BOOTSTRAP_INTERVAL = "percentile bootstrap"
 EDGE_INTERVAL = CLOPPER_PEARSON + " bound, every value at the edge"
 NOISE_LEVEL = 0.95  # the report's intervals; ≈ is p >= 1 - NOISE_LEVEL of the change's test

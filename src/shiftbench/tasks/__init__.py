@@ -26,6 +26,8 @@ TASKS.add_lazy("detection", "shiftbench.tasks.detection:Detection",
                description="detectors: boxes, scores, labels (and masks), scored as COCOeval")
 TASKS.add_lazy("captioning", "shiftbench.tasks.captioning:Captioning",
                description="captioners: one caption per image, compared with the sample's caption")
+TASKS.add_lazy("question_answering", "shiftbench.tasks.question_answering:QuestionAnswering",
+               description="image-text-to-text models asked about each image's class, answers matched without a judge")
 TASKS.add_lazy("retrieval", "shiftbench.tasks.retrieval:Retrieval",
                description="composed image retrieval: reference image + text ranked against a gallery")
 
