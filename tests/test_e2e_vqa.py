@@ -139,3 +139,67 @@ def test_backgrounds_attribute_edits_dials_headline_and_failure_points(tmp_path)
     assert head.metric == "answer_accuracy" and len(head.columns) >= 3
     _, _, html = report_tables(tmp_path / "s.db", tmp_path / "rep")
     assert "Failure points" in html and "brightness" in html and "background_color" in html
+
+
+def test_generation_settings_are_part_of_the_run_identity(tmp_path):
+    from tiny_vlm import TINY_VLMS
+
+    from shiftbench.engine.identity import model_fingerprint
+
+    folder = TINY_VLMS["llava"](tmp_path / "llava")
+    a, b = sb.create_model(f"hf:{folder}"), sb.create_model(f"hf:{folder}", max_new_tokens=3)
+    fa, fb = model_fingerprint(a), model_fingerprint(b)
+    assert fa["weights"] == fb["weights"] and fa["generation"]["max_new_tokens"] == 16
+    assert fa["generation"]["do_sample"] is False and fa != fb
+    spec = {"dataset": "objects", "limit": 2, "models": [f"hf:{folder}"], "shifts": ["clean"], "prompt": "open"}
+    first = sb.evaluate(spec, store=tmp_path / "g.db")
+    second = sb.evaluate({**spec, "models": [{"name": f"hf:{folder}", "params": {"max_new_tokens": 3}}]},
+                         store=tmp_path / "g.db")
+    assert first[0]["run_id"] != second[0]["run_id"]
+    assert "generation" not in model_fingerprint(sb.create_model("dummy_classifier"))  # classifiers: as before
+
+
+def test_a_tiny_llava_run_killed_and_resumed(tmp_path):
+    from tiny_vlm import TINY_VLMS
+
+    folder = TINY_VLMS["llava"](tmp_path / "llava")
+    spec = {"dataset": "objects", "limit": 6, "seed": 2, "batch_size": 2, "prompt": "yes_no",
+            "models": [{"name": f"hf:{folder}", "params": {"max_new_tokens": 3}}],
+            "shifts": ["clean", {"name": "gaussian_noise", "severities": [2, 4]}]}
+    ref, resumed, partial = kill_and_resume(spec, tmp_path, min_done=1)
+    assert row_key(resumed) == row_key(ref) and 0 < len(partial) < len(ref)
+    assert _predictions(tmp_path / "resumed.db") == _predictions(tmp_path / "ref.db")
+
+
+def test_a_prompt_that_needs_labels_is_refused_before_any_work(tmp_path, monkeypatch):
+    """Multiple choice and yes/no ask about the true class: unlabelled samples are refused by the dry run, in the
+    run's own line, before a model is called; an open question needs no label."""
+    from shiftbench.datasets.base import Dataset
+    from shiftbench.engine.evaluate import prepare
+    from shiftbench.labelspace import LabelSpace
+    from shiftbench.registry import DATASETS, Entry
+    from shiftbench.sample import Sample
+
+    class Unlabelled(Dataset):
+        name = "_unlabelled"
+        label_space = LabelSpace("pets", ("cat", "dog", "bird"))
+
+        def __len__(self):
+            return 2
+
+        def sample_id(self, i):
+            return f"u{i}"
+
+        def load(self, i):
+            return Sample(image=np.full((16, 16, 3), 40 * i, np.uint8), id=self.sample_id(i))
+
+    monkeypatch.setitem(DATASETS._entries, "_unlabelled", Entry("_unlabelled", Unlabelled, "unlabelled"))
+    spec = {"dataset": "_unlabelled", "models": ["dummy_vlm"], "shifts": ["clean"], "prompt": "multiple_choice"}
+    with pytest.raises(SpecError) as dry:
+        prepare(spec)
+    with pytest.raises(SpecError) as real:
+        sb.evaluate(spec, store=tmp_path / "u.db")
+    assert str(dry.value) == str(real.value) and "prompt:" in str(dry.value) and "'u0'" in str(dry.value)
+    assert "\n" not in str(dry.value) and not (tmp_path / "u.db").exists()
+    rows = sb.evaluate({**spec, "prompt": "open"}, store=tmp_path / "o.db")
+    assert {r["metric"] for r in rows} == {"answer_accuracy", "unmatched_rate"}

@@ -34,6 +34,7 @@ MODELS = {"classification": [{"name": "dummy_classifier"},
           "segmentation": [{"name": "dummy_segmenter"}, {"name": "dummy_segmenter", "params": {"num_classes": 3}}],
           "detection": [{"name": "dummy_detector"}, {"name": coco_synth.DETECTOR}],
           "captioning": [{"name": "dummy_captioner"}],
+          "question_answering": [{"name": "dummy_vlm"}],
           "retrieval": [{"name": "image_only"}],
           "quality": [{"name": "dummy_classifier"}]}
 DATASETS = ("user", "cue-conflict-folder", "coco", "_test_tiny", "objects", "objects-cue-conflict")

@@ -321,6 +321,13 @@ class _Runner:
         spec = self.spec
         for label, names in metrics.items():
             targets = self.plans[label].targets(first)  # what _score gives the metrics (a label outside the space: its line)
+            check = getattr(self.tasks[label], "check_samples", None)
+            if callable(check):  # what the task itself needs (a question-answering prompt: labels to ask about)
+                try:
+                    check(targets)
+                except ShiftbenchError as exc:
+                    raise SpecError(f"{spec.source + ': ' if spec.source else ''}prompt: {' '.join(str(exc).split())} "
+                                    f"(model {label!r})") from None
             for name in names:
                 metric = self._metric(name, label)
                 try:

@@ -114,7 +114,16 @@ def _combined(paths: Iterable[str | os.PathLike]) -> str:
 
 def model_fingerprint(model: Any) -> dict[str, Any]:
     """What identifies a model's weights: the SHA-256 of the files it loaded (``model.weight_files()``),
-    else of its torch module's parameters and buffers, else its name only (a model without weights)."""
+    else of its torch module's parameters and buffers, else its name only (a model without weights); with the
+    generation settings of a model that generates its answers (``generation``: greedy or not, tokens at most)."""
+    out = _weights_fingerprint(model)
+    generation = getattr(model, "generation", None)
+    if isinstance(generation, dict) and generation:
+        out["generation"] = {str(k): generation[k] for k in sorted(generation)}
+    return out
+
+
+def _weights_fingerprint(model: Any) -> dict[str, Any]:
     files = getattr(model, "weight_files", None)
     paths = [Path(p) for p in (files() if callable(files) else [])]
     paths = [p for p in paths if p.is_file()]

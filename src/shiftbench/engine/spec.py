@@ -341,7 +341,7 @@ class Spec:
             # order, so one subset written two ways is one run), absent when unset so older runs keep their ids
             **({"class_subset": self.class_subset.as_dict()} if self.class_subset else {}),
             # the questions decide the answers: part of the identity, absent when unset so older runs keep their ids
-            **({"prompt": self.prompt.as_dict()} if self.prompt else {}),
+            **({"prompt": self.prompt.as_dict(self.dataset)} if self.prompt else {}),
         }
 
 

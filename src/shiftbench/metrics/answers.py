@@ -24,6 +24,8 @@ __all__ = ["AnswerAccuracy", "UnmatchedRate"]
 class _PerSample(PerSampleMean):
     task: ClassVar[str] = "question_answering"
     attribute: ClassVar[str] = ""
+    needs: ClassVar[str] = ("what the question-answering task asked and matched (its prompts need a class label "
+                            "for multiple choice and yes/no, and the dataset's class names)")
 
     def sample_targets(self, samples: Sequence[Any]) -> None:
         return None  # the task's records carry the labels they were matched against

@@ -108,6 +108,12 @@ class QuestionAnswering(Task):
                                   "no class names (label_space or class_names)")
         return LabelPlan(model, self.name, None, space.num_classes, output_space=space)
 
+    def check_samples(self, samples: Sequence[Sample]) -> None:
+        """What the prompt needs of each sample, asked before any model work (the dry run too): its questions
+        can be made (a class label in the space for multiple choice and yes/no)."""
+        for s in samples:
+            questions(self.prompt, str(s.id), s.label, self.names, self.seed, dataset=self.dataset)
+
     def predict(self, model: Any, samples: Sequence[Sample]) -> list[Answered]:
         if self.vocabulary is None:
             raise ShiftbenchError("question_answering: the task is not configured (configure(prompt, seed, space))")
